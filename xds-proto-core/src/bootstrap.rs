@@ -1,0 +1,1 @@
+//! STUB: the bootstrap parser is being written.

@@ -1,0 +1,251 @@
+//! Resource types: the trait a type implements to be watched through the core, the
+//! type-erased value the core caches and hands to watchers, and the four built-in
+//! types (Listener, RouteConfiguration, Cluster, ClusterLoadAssignment) that decode
+//! straight into compact validated structs.
+//!
+//! A user adds a type by implementing [`XdsResourceType`] and registering it with the
+//! client; everything else (caching, ACK/NACK, timers) works the same for it.
+
+use std::any::Any;
+use std::fmt::{self, Debug};
+use std::sync::Arc;
+
+pub mod cluster;
+pub mod endpoint;
+pub mod listener;
+pub mod route;
+
+pub use cluster::{ClusterResource, ClusterType};
+pub use endpoint::EndpointsResource;
+pub use listener::ListenerResource;
+pub use route::RouteConfigResource;
+
+/// Type URLs of the built-in resource types.
+pub mod type_url {
+    /// `envoy.config.listener.v3.Listener` (LDS).
+    pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    /// `envoy.config.route.v3.RouteConfiguration` (RDS).
+    pub const ROUTE_CONFIGURATION: &str =
+        "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+    /// `envoy.config.cluster.v3.Cluster` (CDS).
+    pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    /// `envoy.config.endpoint.v3.ClusterLoadAssignment` (EDS).
+    pub const CLUSTER_LOAD_ASSIGNMENT: &str =
+        "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+    /// `envoy.service.discovery.v3.Resource`, the wrapper a server may put around any resource.
+    pub const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+}
+
+/// Why one resource in a response was rejected.
+///
+/// `name` is set when the decoder got far enough to read the resource's name; the
+/// client then reports the error to that resource's watchers. The message becomes
+/// part of the NACK's `error_detail`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The resource's name, when it could be read.
+    pub name: Option<String>,
+    /// What is wrong, precise enough for an operator to fix the resource.
+    pub message: String,
+}
+
+impl DecodeError {
+    /// An error for a resource whose name is known.
+    pub fn named(name: impl Into<String>, message: impl Into<String>) -> DecodeError {
+        DecodeError { name: Some(name.into()), message: message.into() }
+    }
+
+    /// An error for a resource whose name could not be read.
+    pub fn unnamed(message: impl Into<String>) -> DecodeError {
+        DecodeError { name: None, message: message.into() }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "{name}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A resource type the client can watch.
+///
+/// Implementations decode and validate one serialized resource (the `value` of a
+/// `google.protobuf.Any` whose type URL is [`type_url`](Self::type_url)) into an
+/// immutable value. Decoding must never panic, whatever the bytes.
+pub trait XdsResourceType: Send + Sync + 'static {
+    /// The validated value watchers receive.
+    type Value: Debug + PartialEq + Send + Sync + 'static;
+
+    /// The type URL, e.g. `type.googleapis.com/envoy.config.cluster.v3.Cluster`.
+    fn type_url(&self) -> &'static str;
+
+    /// Whether a SotW response must carry every subscribed resource of this type, so that
+    /// a missing one means it was deleted (true for LDS and CDS).
+    fn all_resources_required_in_sotw(&self) -> bool;
+
+    /// Decodes and validates one resource, returning its name and value.
+    fn decode(&self, bytes: &[u8]) -> Result<(String, Self::Value), DecodeError>;
+}
+
+/// Object-safe view of an [`XdsResourceType`], as the client stores it.
+pub trait ErasedResourceType: Send + Sync + 'static {
+    /// See [`XdsResourceType::type_url`].
+    fn type_url(&self) -> &'static str;
+    /// See [`XdsResourceType::all_resources_required_in_sotw`].
+    fn all_resources_required_in_sotw(&self) -> bool;
+    /// Decodes into a type-erased value.
+    fn decode_erased(&self, bytes: &[u8]) -> Result<(String, ResourceValue), DecodeError>;
+}
+
+impl<T: XdsResourceType> ErasedResourceType for T {
+    fn type_url(&self) -> &'static str {
+        XdsResourceType::type_url(self)
+    }
+    fn all_resources_required_in_sotw(&self) -> bool {
+        XdsResourceType::all_resources_required_in_sotw(self)
+    }
+    fn decode_erased(&self, bytes: &[u8]) -> Result<(String, ResourceValue), DecodeError> {
+        let (name, value) = self.decode(bytes)?;
+        Ok((name, ResourceValue::new(value)))
+    }
+}
+
+trait ValueObject: Any + Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    fn equals(&self, other: &dyn ValueObject) -> bool;
+}
+
+impl<T: Any + Debug + PartialEq + Send + Sync> ValueObject for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+    fn equals(&self, other: &dyn ValueObject) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+}
+
+/// A decoded, validated resource as the client caches it: cheap to clone and shared
+/// by every watcher of the resource.
+#[derive(Clone)]
+pub struct ResourceValue(Arc<dyn ValueObject>);
+
+impl ResourceValue {
+    /// Wraps a decoded value.
+    pub fn new<T: Any + Debug + PartialEq + Send + Sync>(value: T) -> ResourceValue {
+        ResourceValue(Arc::new(value))
+    }
+
+    /// The value as `T`, if that is its type.
+    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref::<T>()
+    }
+
+    /// The value as a shared `Arc<T>`, if that is its type.
+    pub fn downcast_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.clone().as_any_arc().downcast::<T>().ok()
+    }
+
+    /// True when both hold the same type and equal values.
+    pub fn equals(&self, other: &ResourceValue) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.equals(other.0.as_ref())
+    }
+}
+
+impl Debug for ResourceValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for ResourceValue {
+    fn eq(&self, other: &ResourceValue) -> bool {
+        self.equals(other)
+    }
+}
+
+/// The built-in LDS type (`Listener`), decoding into [`ListenerResource`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lds;
+
+/// The built-in RDS type (`RouteConfiguration`), decoding into [`RouteConfigResource`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rds;
+
+/// The built-in CDS type (`Cluster`), decoding into [`ClusterResource`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cds;
+
+/// The built-in EDS type (`ClusterLoadAssignment`), decoding into [`EndpointsResource`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Eds;
+
+impl XdsResourceType for Lds {
+    type Value = ListenerResource;
+    fn type_url(&self) -> &'static str {
+        type_url::LISTENER
+    }
+    fn all_resources_required_in_sotw(&self) -> bool {
+        true
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
+        listener::decode(bytes)
+    }
+}
+
+impl XdsResourceType for Rds {
+    type Value = RouteConfigResource;
+    fn type_url(&self) -> &'static str {
+        type_url::ROUTE_CONFIGURATION
+    }
+    fn all_resources_required_in_sotw(&self) -> bool {
+        false
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<(String, RouteConfigResource), DecodeError> {
+        route::decode(bytes)
+    }
+}
+
+impl XdsResourceType for Cds {
+    type Value = ClusterResource;
+    fn type_url(&self) -> &'static str {
+        type_url::CLUSTER
+    }
+    fn all_resources_required_in_sotw(&self) -> bool {
+        true
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
+        cluster::decode(bytes)
+    }
+}
+
+impl XdsResourceType for Eds {
+    type Value = EndpointsResource;
+    fn type_url(&self) -> &'static str {
+        type_url::CLUSTER_LOAD_ASSIGNMENT
+    }
+    fn all_resources_required_in_sotw(&self) -> bool {
+        false
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<(String, EndpointsResource), DecodeError> {
+        endpoint::decode(bytes)
+    }
+}
+
+/// The four built-in types, in the order the client registers them.
+pub fn builtin_types() -> Vec<Arc<dyn ErasedResourceType>> {
+    vec![
+        Arc::new(Lds),
+        Arc::new(Rds),
+        Arc::new(Cds),
+        Arc::new(Eds),
+    ]
+}
