@@ -27,6 +27,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     prost_build::Config::new()
         .bytes(["."])
         .compile_well_known_types()
+        // Envoy's proto comments hold RST and snippets that rustdoc would run as doctests.
+        .disable_comments(["."])
         .include_file("_includes.rs")
         .compile_fds(descriptors)?;
     Ok(())

@@ -1,1 +1,259 @@
-//! Support code for the integration tests.
+//! Support code for the integration tests: a scripted fake ADS peer that drives one
+//! [`XdsClient`] over virtual time and lets a test assert the exact requests it sends
+//! and the exact notifications its watchers get, plus fixtures that build valid
+//! Listener / RouteConfiguration / Cluster / ClusterLoadAssignment resources.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use xds_proto_core::client::{Action, ClientConfig, Event, Notification, StreamId, WatcherId, XdsClient};
+use xds_proto_core::pb::envoy::service::discovery::v3::{
+    DiscoveryRequest, DiscoveryResponse, ResourceError, ResourceName,
+};
+use xds_proto_core::pb::google::protobuf::Any;
+use xds_proto_core::{Bootstrap, Code, Instant, ServerId, Status};
+
+pub mod fixtures;
+
+pub use xds_proto_core::resource::type_url::{
+    CLUSTER as CDS, CLUSTER_LOAD_ASSIGNMENT as EDS, LISTENER as LDS, ROUTE_CONFIGURATION as RDS,
+};
+
+/// A bootstrap with one server, `xds.example:443`, and node id `test-node`.
+pub const ONE_SERVER_BOOTSTRAP: &str = r#"{
+  "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
+  "node": {"id": "test-node", "cluster": "test-cluster"}
+}"#;
+
+/// The parts of a `DiscoveryRequest` a scenario asserts on, in a comparable form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Req {
+    /// Type URL.
+    pub type_url: String,
+    /// Subscribed names, in the order sent.
+    pub names: Vec<String>,
+    /// `version_info`.
+    pub version: String,
+    /// `response_nonce`.
+    pub nonce: String,
+    /// Whether the node identity was included.
+    pub node: bool,
+    /// `error_detail.message`, when it is a NACK.
+    pub error: Option<String>,
+}
+
+impl Req {
+    /// A request with no node and no error.
+    pub fn new(type_url: &str, names: &[&str], version: &str, nonce: &str) -> Req {
+        Req {
+            type_url: type_url.to_string(),
+            names: names.iter().map(|s| s.to_string()).collect(),
+            version: version.to_string(),
+            nonce: nonce.to_string(),
+            node: false,
+            error: None,
+        }
+    }
+
+    /// The same request carrying the node identity.
+    pub fn with_node(mut self) -> Req {
+        self.node = true;
+        self
+    }
+
+    /// The same request as a NACK with this error detail.
+    pub fn nack(mut self, detail: &str) -> Req {
+        self.error = Some(detail.to_string());
+        self
+    }
+
+    /// Views a real request.
+    pub fn of(r: &DiscoveryRequest) -> Req {
+        Req {
+            type_url: r.type_url.clone(),
+            names: r.resource_names.clone(),
+            version: r.version_info.clone(),
+            nonce: r.response_nonce.clone(),
+            node: r.node.is_some(),
+            error: r.error_detail.as_ref().map(|s| s.message.clone()),
+        }
+    }
+}
+
+/// One client driven by a test script over virtual time.
+pub struct Harness {
+    /// The client under test.
+    pub client: XdsClient,
+    /// Virtual now.
+    pub now: Instant,
+    pending: VecDeque<Action>,
+}
+
+impl Harness {
+    /// A client on [`ONE_SERVER_BOOTSTRAP`] with default settings.
+    pub fn new() -> Harness {
+        Harness::with_bootstrap(ONE_SERVER_BOOTSTRAP, |_| {})
+    }
+
+    /// A client on this bootstrap, with settings adjusted by `tune`.
+    pub fn with_bootstrap(json: &str, tune: impl FnOnce(&mut ClientConfig)) -> Harness {
+        let bootstrap = Bootstrap::from_json_str(json).expect("test bootstrap parses");
+        let mut config = ClientConfig::new(bootstrap);
+        tune(&mut config);
+        Harness { client: XdsClient::new(config, 1), now: Instant::from_secs(1000), pending: VecDeque::new() }
+    }
+
+    fn collect(&mut self) {
+        while let Some(a) = self.client.poll_action() {
+            self.pending.push_back(a);
+        }
+    }
+
+    /// Watches a resource.
+    pub fn watch(&mut self, type_url: &str, name: &str) -> WatcherId {
+        let id = self.client.watch(type_url, name, self.now).expect("watch accepted");
+        self.collect();
+        id
+    }
+
+    /// Cancels a watch.
+    pub fn cancel(&mut self, watcher: WatcherId) {
+        self.client.cancel_watch(watcher, self.now);
+        self.collect();
+    }
+
+    /// Feeds a transport event.
+    pub fn event(&mut self, event: Event) {
+        self.client.handle_event(self.now, event);
+        self.collect();
+    }
+
+    /// Reports that the stream is established.
+    pub fn started(&mut self, stream: StreamId) {
+        self.event(Event::StreamStarted { stream });
+    }
+
+    /// Reports that the outstanding request of `stream` was sent.
+    pub fn sent(&mut self, stream: StreamId) {
+        self.event(Event::RequestSent { stream });
+    }
+
+    /// Delivers a response.
+    pub fn respond(&mut self, stream: StreamId, type_url: &str, version: &str, nonce: &str, resources: Vec<Any>) {
+        self.respond_with(stream, response(type_url, version, nonce, resources));
+    }
+
+    /// Delivers a response built by the test.
+    pub fn respond_with(&mut self, stream: StreamId, response: DiscoveryResponse) {
+        self.event(Event::ResponseReceived { stream, bytes: Bytes::from(response.encode_to_vec()) });
+    }
+
+    /// Closes a stream with a status.
+    pub fn close(&mut self, stream: StreamId, code: Code, message: &str) {
+        self.event(Event::StreamClosed { stream, status: Status::new(code, message) });
+    }
+
+    /// Reports a channel connectivity failure.
+    pub fn connectivity_failure(&mut self, server: usize, reason: &str) {
+        self.event(Event::ConnectivityFailure { server: ServerId(server), reason: reason.to_string() });
+    }
+
+    /// Advances virtual time by `by`, firing every timer due on the way at its deadline.
+    pub fn advance(&mut self, by: Duration) {
+        let target = self.now + by;
+        while let Some(at) = self.client.poll_timeout() {
+            if at > target {
+                break;
+            }
+            self.now = self.now.max(at);
+            self.client.handle_timeout(self.now);
+            self.collect();
+        }
+        self.now = target;
+    }
+
+    /// Takes every action emitted so far.
+    pub fn take(&mut self) -> Vec<Action> {
+        self.pending.drain(..).collect()
+    }
+
+    /// Takes the next action, panicking with the remaining ones if there is none.
+    pub fn next_action(&mut self) -> Action {
+        self.pending.pop_front().expect("expected another action, got none")
+    }
+
+    /// The next action must be a `StartStream`; returns its stream id.
+    pub fn expect_start(&mut self) -> StreamId {
+        match self.next_action() {
+            Action::StartStream { stream, .. } => stream,
+            other => panic!("expected StartStream, got {other:?}"),
+        }
+    }
+
+    /// The next action must be a request on `stream`; returns its view.
+    pub fn expect_request(&mut self, stream: StreamId) -> Req {
+        match self.next_action() {
+            Action::SendRequest { stream: s, request } if s == stream => Req::of(&request),
+            other => panic!("expected SendRequest on {stream:?}, got {other:?}"),
+        }
+    }
+
+    /// The next action must be a notification; returns it.
+    pub fn expect_notify(&mut self) -> Notification {
+        match self.next_action() {
+            Action::Notify(n) => n,
+            other => panic!("expected Notify, got {other:?}"),
+        }
+    }
+
+    /// No action may be pending.
+    pub fn expect_nothing(&mut self) {
+        assert!(self.pending.is_empty(), "expected no action, got {:?}", self.pending);
+    }
+
+    /// The actions pending, without taking them.
+    pub fn pending(&self) -> &VecDeque<Action> {
+        &self.pending
+    }
+
+    /// Opens the first stream of a fresh watch: expects `StartStream` and the first
+    /// request, reports the stream started and the request sent. Returns the stream.
+    pub fn connect_first(&mut self, type_url: &str, names: &[&str]) -> StreamId {
+        let stream = self.expect_start();
+        assert_eq!(self.expect_request(stream), Req::new(type_url, names, "", "").with_node());
+        self.started(stream);
+        self.sent(stream);
+        stream
+    }
+}
+
+impl Default for Harness {
+    fn default() -> Harness {
+        Harness::new()
+    }
+}
+
+/// A SotW response.
+pub fn response(type_url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> DiscoveryResponse {
+    DiscoveryResponse {
+        version_info: version.to_string(),
+        resources,
+        type_url: type_url.to_string(),
+        nonce: nonce.to_string(),
+        ..Default::default()
+    }
+}
+
+/// A TP3 `resource_errors` entry.
+pub fn resource_error(name: &str, code: Code, message: &str) -> ResourceError {
+    ResourceError {
+        resource_name: Some(ResourceName { name: name.to_string(), ..Default::default() }),
+        error_detail: Some(xds_proto_core::pb::google::rpc::Status {
+            code: code.0,
+            message: message.to_string(),
+            details: Vec::new(),
+        }),
+    }
+}

@@ -1,11 +1,42 @@
-//! The sans-IO core of xds-proto: the ADS protocol state machine.
+//! The sans-IO core of xds-proto: an xDS client as a deterministic state machine.
+//!
+//! The contract, in three rules:
+//! 1. The core never reads the clock: time is an argument ([`time::Instant`]).
+//! 2. The core never does I/O: transport events come in through
+//!    [`XdsClient::handle_event`], and what to send goes out through
+//!    [`XdsClient::poll_action`].
+//! 3. The core never draws OS randomness: jitter comes from the seed given to
+//!    [`XdsClient::new`].
+//!
+//! The drive loop, the same for every adapter:
+//! 1. make one mutation: [`XdsClient::watch`], [`XdsClient::cancel_watch`],
+//!    [`XdsClient::handle_event`] or [`XdsClient::handle_timeout`];
+//! 2. drain [`XdsClient::poll_action`] until it returns `None`;
+//! 3. sleep until [`XdsClient::poll_timeout`].
 
+pub mod backoff;
 pub mod bootstrap;
+pub mod client;
+pub mod names;
+pub mod pool;
 pub mod resource;
 pub mod time;
+
+pub use bootstrap::Bootstrap;
+pub use client::{
+    Action, ClientConfig, Code, ErrorKind, Event, Notification, ResourceSnapshot, ResourceStatusKind,
+    ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient, XdsError,
+};
+pub use resource::{DecodeError, ResourceValue, XdsResourceType};
+pub use time::Instant;
 
 /// Prost types generated from the vendored Envoy/xDS protos (see `proto/README.md`).
 pub mod pb {
     #![allow(missing_docs, clippy::all, rustdoc::all)]
     include!(concat!(env!("OUT_DIR"), "/_includes.rs"));
 }
+
+/// The README's drive-loop example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -16,9 +16,18 @@ pub mod listener;
 pub mod route;
 
 pub use cluster::{ClusterResource, ClusterType};
+pub use cluster::{LbPolicy, UpstreamTls, WeightedRoundRobinConfig};
 pub use endpoint::EndpointsResource;
+pub use endpoint::{DropOverload, Endpoint, HealthStatus, Locality, LocalityEndpoints, Priority};
 pub use listener::ListenerResource;
+pub use listener::{HttpConnectionManager, HttpFilter, ListenerKind, RouteSource};
 pub use route::RouteConfigResource;
+pub use route::{
+    ClusterSpecifier, ClusterSpecifierPlugin, DomainPattern, FilterConfigOverride, ForwardAction,
+    HashPolicy, HeaderMatchKind, HeaderMatcher, HttpRetryCondition, PathMatcher, RegexRewrite,
+    RetryPolicy, RetryableCode, Route, RouteAction, RouteMatch, SafeRegex, StringMatcher,
+    TypedConfig, VirtualHost, WeightedCluster,
+};
 
 /// Type URLs of the built-in resource types.
 pub mod type_url {
@@ -248,4 +257,97 @@ pub fn builtin_types() -> Vec<Arc<dyn ErasedResourceType>> {
         Arc::new(Cds),
         Arc::new(Eds),
     ]
+}
+
+impl ListenerResource {
+    /// The name of the RouteConfiguration this client listener takes from RDS; `None`
+    /// for inline routes and server listeners.
+    pub fn route_config_name(&self) -> Option<&str> {
+        match &self.kind {
+            listener::ListenerKind::Client(hcm) => match &hcm.route_config {
+                listener::RouteSource::Rds(name) => Some(name),
+                listener::RouteSource::Inline(_) => None,
+            },
+            listener::ListenerKind::Server { .. } => None,
+        }
+    }
+
+    /// The inline route configuration of a client listener, if it has one.
+    pub fn inline_route_config(&self) -> Option<&RouteConfigResource> {
+        match &self.kind {
+            listener::ListenerKind::Client(hcm) => match &hcm.route_config {
+                listener::RouteSource::Inline(rc) => Some(rc),
+                listener::RouteSource::Rds(_) => None,
+            },
+            listener::ListenerKind::Server { .. } => None,
+        }
+    }
+}
+
+impl RouteConfigResource {
+    /// Every cluster name a route of any virtual host can send to, sorted and
+    /// deduplicated (cluster specifier plugins are not included).
+    pub fn cluster_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for vh in &self.virtual_hosts {
+            for r in &vh.routes {
+                if let route::RouteAction::Forward(fwd) = &r.action {
+                    match &fwd.cluster {
+                        route::ClusterSpecifier::Cluster(c) => names.push(c.clone()),
+                        route::ClusterSpecifier::WeightedClusters(ws) => {
+                            names.extend(ws.iter().map(|w| w.name.clone()))
+                        }
+                        route::ClusterSpecifier::ClusterSpecifierPlugin(_) => {}
+                    }
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+impl ClusterResource {
+    /// The EDS resource name of an EDS cluster: its service name, or else its own name.
+    /// `None` for LOGICAL_DNS and aggregate clusters.
+    pub fn eds_service_name(&self) -> Option<&str> {
+        match &self.cluster_type {
+            ClusterType::Eds { service_name } => Some(service_name.as_deref().unwrap_or(&self.name)),
+            _ => None,
+        }
+    }
+}
+
+impl EndpointsResource {
+    /// The number of endpoints over every priority and locality.
+    pub fn endpoint_count(&self) -> usize {
+        self.priorities
+            .iter()
+            .flat_map(|p| &p.localities)
+            .map(|l| l.endpoints.len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod convenience_tests {
+    use super::*;
+
+    #[test]
+    fn cluster_eds_service_name_falls_back_to_the_cluster_name() {
+        let mut c = ClusterResource {
+            name: "c1".into(),
+            cluster_type: ClusterType::Eds { service_name: None },
+            lb_policy: cluster::LbPolicy::RoundRobin,
+            lrs_server: false,
+            max_requests: 1024,
+            tls: None,
+        };
+        assert_eq!(c.eds_service_name(), Some("c1"));
+        c.cluster_type = ClusterType::Eds { service_name: Some("svc".into()) };
+        assert_eq!(c.eds_service_name(), Some("svc"));
+        c.cluster_type = ClusterType::Aggregate { clusters: vec!["a".into()] };
+        assert_eq!(c.eds_service_name(), None);
+    }
 }

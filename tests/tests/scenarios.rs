@@ -1,0 +1,986 @@
+//! Scenario tests: a scripted fake ADS peer drives one client over virtual time, and
+//! each test asserts the exact requests sent (names, version, nonce, node, error
+//! detail) and the exact watcher notifications, rule by rule (ADS SotW, A57, A88, TP3).
+
+use std::time::Duration;
+
+use xds_proto_core::client::{Action, ErrorKind, ResourceStatusKind, WatchEvent};
+use xds_proto_core::pb::envoy::service::discovery::v3::Resource;
+use xds_proto_core::resource::{ClusterResource, ListenerResource};
+use xds_proto_core::{Code, Event, Notification, StreamId, WatcherId};
+use xds_proto_tests::fixtures::{self, any, cluster, cluster_v, endpoints, listener, route_config};
+use xds_proto_tests::{CDS, EDS, Harness, LDS, ONE_SERVER_BOOTSTRAP, RDS, Req, resource_error, response};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn fail_on_data_errors_bootstrap() -> String {
+    ONE_SERVER_BOOTSTRAP.replace(
+        r#""channel_creds": [{"type": "insecure"}]"#,
+        r#""channel_creds": [{"type": "insecure"}], "server_features": ["fail_on_data_errors"]"#,
+    )
+}
+
+fn value_of(n: &Notification) -> &xds_proto_core::ResourceValue {
+    match &n.event {
+        WatchEvent::Changed(Ok(v)) => v,
+        other => panic!("expected a value for {:?}, got {other:?}", n.name),
+    }
+}
+
+fn changed_error(n: &Notification) -> &xds_proto_core::XdsError {
+    match &n.event {
+        WatchEvent::Changed(Err(e)) => e,
+        other => panic!("expected a Changed(Err) for {:?}, got {other:?}", n.name),
+    }
+}
+
+fn ambient_error(n: &Notification) -> &xds_proto_core::XdsError {
+    match &n.event {
+        WatchEvent::AmbientError(e) => e,
+        other => panic!("expected an AmbientError for {:?}, got {other:?}", n.name),
+    }
+}
+
+/// Watches CDS `names` (one watcher each), connects, and has the server deliver them
+/// all as version "1" with nonce "n1"; returns the stream and the watchers.
+fn with_cached_clusters(h: &mut Harness, names: &[&str]) -> (StreamId, Vec<WatcherId>) {
+    let watchers: Vec<WatcherId> = names.iter().map(|n| h.watch(CDS, n)).collect();
+    let stream = h.expect_start();
+    // The first watch emitted the first request; later watches wait for it to be sent.
+    assert_eq!(h.expect_request(stream), Req::new(CDS, &names[..1], "", "").with_node());
+    h.started(stream);
+    h.sent(stream);
+    if names.len() > 1 {
+        let mut sorted = names.to_vec();
+        sorted.sort();
+        assert_eq!(h.expect_request(stream), Req::new(CDS, &sorted, "", ""));
+        h.sent(stream);
+    }
+    h.respond(stream, CDS, "1", "n1", names.iter().map(|n| cluster(n)).collect());
+    for w in &watchers {
+        let n = h.expect_notify();
+        assert_eq!(n.watcher, *w);
+        value_of(&n);
+    }
+    let mut sorted = names.to_vec();
+    sorted.sort();
+    assert_eq!(h.expect_request(stream), Req::new(CDS, &sorted, "1", "n1"));
+    h.sent(stream);
+    h.expect_nothing();
+    (stream, watchers)
+}
+
+// ----- ADS SotW basics -----
+
+#[test]
+fn first_watch_opens_a_stream_and_subscribes_with_the_node() {
+    let mut h = Harness::new();
+    let w = h.watch(LDS, "listener-a");
+    match h.next_action() {
+        Action::StartStream { config, .. } => assert_eq!(config.server_uri, "xds.example:443"),
+        other => panic!("expected StartStream, got {other:?}"),
+    }
+    let request = match h.next_action() {
+        Action::SendRequest { request, .. } => request,
+        other => panic!("expected SendRequest, got {other:?}"),
+    };
+    assert_eq!(request.type_url, LDS);
+    assert_eq!(request.resource_names, vec!["listener-a"]);
+    assert_eq!(request.version_info, "");
+    assert_eq!(request.response_nonce, "");
+    let node = request.node.expect("node on the first request");
+    assert_eq!(node.id, "test-node");
+    assert_eq!(node.cluster, "test-cluster");
+    assert_eq!(node.user_agent_name, "xds-proto");
+    h.expect_nothing();
+    assert_eq!(w.0, 1);
+}
+
+#[test]
+fn valid_response_is_delivered_and_acked_with_its_version_and_nonce() {
+    let mut h = Harness::new();
+    let w = h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    h.respond(s, LDS, "v1", "nonce-1", vec![listener("l1", "r1")]);
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name, n.type_url), (w, "l1", LDS));
+    let value = value_of(&n).downcast_ref::<ListenerResource>().expect("a ListenerResource");
+    assert_eq!(value.name, "l1");
+    assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "v1", "nonce-1"));
+    h.expect_nothing();
+}
+
+#[test]
+fn node_is_sent_only_on_the_first_request_of_each_stream() {
+    let mut h = Harness::new();
+    h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    h.watch(CDS, "c1");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", ""));
+    h.sent(s);
+    h.respond(s, LDS, "1", "a", vec![listener("l1", "r1")]);
+    h.expect_notify();
+    assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "1", "a"));
+    h.sent(s);
+    // The server closes the stream after a response: reconnect at once, node again,
+    // versions kept, nonces reset.
+    h.close(s, Code::UNAVAILABLE, "max connection age");
+    let s2 = h.expect_start();
+    assert_ne!(s, s2);
+    assert_eq!(h.expect_request(s2), Req::new(LDS, &["l1"], "1", "").with_node());
+    h.sent(s2);
+    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "", ""));
+    h.expect_nothing();
+}
+
+#[test]
+fn subscription_change_resends_the_type_with_every_name() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c2");
+    let s = h.connect_first(CDS, &["c2"]);
+    h.watch(CDS, "c1");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
+    h.expect_nothing();
+}
+
+#[test]
+fn second_watcher_of_a_cached_resource_gets_it_at_once_and_no_request_is_sent() {
+    let mut h = Harness::new();
+    let (_, ws) = with_cached_clusters(&mut h, &["c1"]);
+    let w2 = h.watch(CDS, "c1");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert_ne!(w2, ws[0]);
+    assert_eq!(value_of(&n).downcast_ref::<ClusterResource>().map(|c| c.name.as_str()), Some("c1"));
+    h.expect_nothing();
+}
+
+#[test]
+fn duplicate_response_with_identical_bytes_is_acked_without_notification() {
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster("c2")]);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "2", "n2"));
+    h.expect_nothing();
+    let snapshot = h.client.resource_snapshot();
+    assert!(snapshot.iter().all(|r| &*r.version == "2"), "{snapshot:?}");
+}
+
+#[test]
+fn only_the_changed_resource_notifies_its_watchers() {
+    let mut h = Harness::new();
+    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2", "c3"]);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster_v("c2", 7), cluster("c3")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[1]);
+    let c2 = value_of(&n).downcast_ref::<ClusterResource>().unwrap();
+    assert_eq!(c2.max_requests, 7);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2", "c3"], "2", "n2"));
+    h.expect_nothing();
+}
+
+#[test]
+fn resources_not_subscribed_are_ignored() {
+    let mut h = Harness::new();
+    let w = h.watch(EDS, "e1");
+    let s = h.connect_first(EDS, &["e1"]);
+    h.respond(s, EDS, "1", "n1", vec![endpoints("other", &[80]), endpoints("e1", &[81])]);
+    assert_eq!(h.expect_notify().watcher, w);
+    assert_eq!(h.expect_request(s), Req::new(EDS, &["e1"], "1", "n1"));
+    h.expect_nothing();
+    assert_eq!(h.client.resource_snapshot().len(), 1);
+}
+
+#[test]
+fn resources_in_the_resource_wrapper_are_unwrapped() {
+    let mut h = Harness::new();
+    let w = h.watch(RDS, "r1");
+    let s = h.connect_first(RDS, &["r1"]);
+    let wrapped = Resource {
+        name: "r1".to_string(),
+        version: "7".to_string(),
+        resource: Some(route_config("r1", "c1")),
+        ..Default::default()
+    };
+    h.respond(s, RDS, "1", "n1", vec![any(xds_proto_core::resource::type_url::RESOURCE_WRAPPER, &wrapped)]);
+    assert_eq!(h.expect_notify().watcher, w);
+    assert_eq!(h.expect_request(s), Req::new(RDS, &["r1"], "1", "n1"));
+}
+
+// ----- ACK / NACK -----
+
+#[test]
+fn invalid_update_of_a_cached_resource_is_nacked_with_the_last_acked_version() {
+    let mut h = Harness::new();
+    let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+    h.respond(s, CDS, "2", "n2", vec![fixtures::invalid_cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[0]);
+    let e = ambient_error(&n);
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.status.message.contains("\"c1\""), "{}", e.status.message);
+    let req = h.expect_request(s);
+    assert_eq!((req.version.as_str(), req.nonce.as_str()), ("1", "n2"));
+    let detail = req.error.expect("a NACK");
+    assert!(detail.starts_with("resource index 0: c1: "), "{detail}");
+    h.expect_nothing();
+    // The cached value stays and CSDS shows the NACK with its version.
+    let snap = &h.client.resource_snapshot()[0];
+    assert_eq!(snap.status, ResourceStatusKind::Nacked);
+    assert_eq!(&*snap.version, "1");
+    assert!(snap.value.is_some());
+    let failure = snap.error_state.as_ref().unwrap();
+    assert_eq!(failure.version, "2");
+    assert_eq!(failure.at, h.now);
+}
+
+#[test]
+fn invalid_uncached_resource_replaces_the_state_with_an_error() {
+    let mut h = Harness::new();
+    let w = h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    h.respond(s, LDS, "1", "n1", vec![fixtures::invalid_listener("l1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    assert_eq!(changed_error(&n).kind, ErrorKind::Invalid);
+    let req = h.expect_request(s);
+    assert_eq!((req.version.as_str(), req.nonce.as_str()), ("", "n1"));
+    assert!(req.error.unwrap().starts_with("resource index 0: l1: "));
+    // The server did send it: no does-not-exist later.
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+}
+
+#[test]
+fn partially_valid_response_applies_the_valid_resources_and_nacks_the_rest() {
+    let mut h = Harness::new();
+    let w1 = h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    let w2 = h.watch(CDS, "c2");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
+    h.sent(s);
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1"), fixtures::invalid_cluster("c2")]);
+    let n1 = h.expect_notify();
+    assert_eq!(n1.watcher, w1);
+    value_of(&n1);
+    let n2 = h.expect_notify();
+    assert_eq!(n2.watcher, w2);
+    assert_eq!(changed_error(&n2).kind, ErrorKind::Invalid);
+    let req = h.expect_request(s);
+    assert_eq!((req.version.as_str(), req.nonce.as_str()), ("", "n1"));
+    let detail = req.error.unwrap();
+    assert!(detail.starts_with("resource index 1: c2: "), "{detail}");
+    assert!(!detail.contains("index 0"), "{detail}");
+    // A later valid response ACKs and clears the NACK.
+    h.sent(s);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster("c2")]);
+    assert_eq!(h.expect_notify().watcher, w2);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "2", "n2"));
+    assert!(h.client.resource_snapshot().iter().all(|r| r.status == ResourceStatusKind::Acked));
+}
+
+#[test]
+fn resource_whose_type_url_does_not_match_the_response_is_nacked_without_a_name() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    h.respond(s, CDS, "1", "n1", vec![listener("c1", "r")]);
+    let req = h.expect_request(s);
+    assert_eq!(
+        req.error.as_deref(),
+        Some(format!("resource index 0: <unknown name>: type URL \"{LDS}\" does not match the response's \"{CDS}\"").as_str())
+    );
+    h.expect_nothing();
+}
+
+#[test]
+fn duplicate_names_in_one_response_are_nacked() {
+    let mut h = Harness::new();
+    let w = h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1"), cluster_v("c1", 5)]);
+    assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::Invalid);
+    let req = h.expect_request(s);
+    assert_eq!(req.error.as_deref(), Some("resource index 1: c1: duplicate resource name in response"));
+    let _ = w;
+}
+
+#[test]
+fn nack_detail_is_kept_under_8_kib_for_many_invalid_resources() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c0");
+    let s = h.connect_first(CDS, &["c0"]);
+    let bad: Vec<_> = (0..2000).map(|i| fixtures::invalid_cluster(&format!("cluster-{i}"))).collect();
+    h.respond(s, CDS, "1", "n1", bad);
+    let detail = h.expect_request(s).error.unwrap();
+    assert!(detail.len() <= 8192, "{}", detail.len());
+    assert!(detail.contains("more errors"), "{detail}");
+}
+
+#[test]
+fn response_that_is_not_a_discovery_response_fails_the_stream() {
+    let mut h = Harness::new();
+    let w = h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    h.event(Event::ResponseReceived { stream: s, bytes: bytes::Bytes::from_static(&[0xff, 0xff, 0xff]) });
+    assert_eq!(h.next_action(), Action::CloseStream { stream: s });
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    let e = changed_error(&n);
+    assert_eq!(e.kind, ErrorKind::Connectivity);
+    assert!(e.status.message.contains("failed to decode DiscoveryResponse"), "{}", e.status.message);
+    h.expect_nothing();
+}
+
+#[test]
+fn response_for_an_unknown_or_unrequested_type_is_ignored() {
+    let mut h = Harness::new();
+    h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    h.respond(s, "type.googleapis.com/some.Unknown", "1", "x", vec![]);
+    h.respond(s, CDS, "1", "y", vec![cluster("c1")]);
+    h.expect_nothing();
+}
+
+// ----- coalescing -----
+
+#[test]
+fn at_most_one_request_is_outstanding_and_queued_changes_merge() {
+    let mut h = Harness::new();
+    let w1 = h.watch(CDS, "c1");
+    let s = h.expect_start();
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", "").with_node());
+    // Not yet sent: these changes must wait and merge.
+    let _w2 = h.watch(CDS, "c2");
+    let _w3 = h.watch(CDS, "c3");
+    h.cancel(w1);
+    h.watch(EDS, "e1");
+    h.expect_nothing();
+    h.started(s);
+    h.sent(s);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c2", "c3"], "", ""));
+    h.expect_nothing();
+    h.sent(s);
+    assert_eq!(h.expect_request(s), Req::new(EDS, &["e1"], "", ""));
+    h.sent(s);
+    h.expect_nothing();
+}
+
+#[test]
+fn unsubscribe_and_resubscribe_during_an_in_flight_send_gives_one_request() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    let w2 = h.watch(CDS, "c2");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
+    // In flight: drop c2 and take it again before the transport sends.
+    h.cancel(w2);
+    h.watch(CDS, "c2");
+    h.expect_nothing();
+    h.sent(s);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
+}
+
+#[test]
+fn acks_for_several_types_queue_behind_the_outstanding_send() {
+    let mut h = Harness::new();
+    h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    h.watch(CDS, "c1");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", ""));
+    // Still outstanding: two responses arrive.
+    h.respond(s, LDS, "1", "a", vec![listener("l1", "r1")]);
+    h.expect_notify();
+    h.respond(s, CDS, "1", "b", vec![cluster("c1")]);
+    h.expect_notify();
+    h.expect_nothing();
+    h.sent(s);
+    assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "1", "a"));
+    h.sent(s);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "1", "b"));
+}
+
+#[test]
+fn last_watch_of_a_type_sends_an_empty_list_when_other_types_remain() {
+    let mut h = Harness::new();
+    h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    let wc = h.watch(CDS, "c1");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", ""));
+    h.sent(s);
+    h.cancel(wc);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &[], "", ""));
+    h.expect_nothing();
+}
+
+#[test]
+fn cancelling_the_last_watch_closes_the_stream_without_an_unsubscribe() {
+    let mut h = Harness::new();
+    let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+    h.cancel(ws[0]);
+    assert_eq!(h.take(), vec![Action::CloseStream { stream: s }, Action::DropChannel { server: xds_proto_core::ServerId(0) }]);
+    assert!(h.client.resource_snapshot().is_empty());
+    // Events for the closed stream are ignored; a new watch opens a new stream from scratch.
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    h.expect_nothing();
+    h.watch(CDS, "c1");
+    let s2 = h.expect_start();
+    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "", "").with_node());
+}
+
+#[test]
+fn nothing_reaches_a_cancelled_watcher() {
+    let mut h = Harness::new();
+    let w1 = h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    let w2 = h.watch(CDS, "c1");
+    h.cancel(w1);
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert!(h.take().iter().all(|a| !matches!(a, Action::Notify(n) if n.watcher == w1)));
+}
+
+// ----- A57: stream termination, backoff, connectivity -----
+
+#[test]
+fn stream_closed_before_any_response_is_a_connectivity_error_for_every_watcher() {
+    let mut h = Harness::new();
+    let wl = h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    let wc = h.watch(CDS, "c1");
+    h.expect_request(s);
+    h.close(s, Code::UNAVAILABLE, "connection refused");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let n = h.expect_notify();
+        let e = changed_error(&n);
+        assert_eq!(e.kind, ErrorKind::Connectivity);
+        assert_eq!(e.status.code, Code::UNAVAILABLE);
+        assert_eq!(
+            e.status.message,
+            "xDS channel for server \"xds.example:443\": ADS stream closed before any response: UNAVAILABLE: connection refused"
+        );
+        seen.push(n.watcher);
+    }
+    seen.sort();
+    assert_eq!(seen, vec![wl, wc]);
+    // No reconnect before the backoff delay.
+    h.expect_nothing();
+    let retry_at = h.client.poll_timeout().expect("a reconnect timer");
+    let delay = retry_at.saturating_duration_since(h.now);
+    assert!(delay >= Duration::from_millis(800) && delay <= Duration::from_millis(1200), "{delay:?}");
+}
+
+#[test]
+fn stream_closed_after_a_response_reconnects_at_once_without_an_error() {
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1"]);
+    h.close(s, Code::UNAVAILABLE, "goaway");
+    let s2 = h.expect_start();
+    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "1", "").with_node());
+    h.expect_nothing();
+}
+
+#[test]
+fn backoff_grows_between_failing_attempts_and_resets_after_a_response() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c1");
+    let mut s = h.expect_start();
+    h.take();
+    let mut base = 1.0f64;
+    for _ in 0..5 {
+        h.close(s, Code::UNAVAILABLE, "refused");
+        h.take();
+        let delay = h.client.poll_timeout().unwrap().saturating_duration_since(h.now).as_secs_f64();
+        assert!(delay >= base * 0.8 - 1e-6 && delay <= base * 1.2 + 1e-6, "{delay} for base {base}");
+        h.advance(Duration::from_secs_f64(delay));
+        s = h.expect_start();
+        h.take();
+        base *= 1.6;
+    }
+    // A response resets the backoff: the next failure waits about a second again.
+    h.started(s);
+    h.sent(s);
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
+    h.take();
+    h.sent(s);
+    h.close(s, Code::UNAVAILABLE, "goaway");
+    let s2 = h.expect_start();
+    h.take();
+    h.close(s2, Code::UNAVAILABLE, "refused");
+    h.take();
+    let delay = h.client.poll_timeout().unwrap().saturating_duration_since(h.now).as_secs_f64();
+    assert!((0.8..=1.2).contains(&delay), "{delay}");
+}
+
+#[test]
+fn connectivity_failure_with_cached_data_is_an_ambient_error() {
+    let mut h = Harness::new();
+    let (_, ws) = with_cached_clusters(&mut h, &["c1"]);
+    h.connectivity_failure(0, "connection reset by peer");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[0]);
+    let e = ambient_error(&n);
+    assert_eq!(e.kind, ErrorKind::Connectivity);
+    assert_eq!(e.status.message, "xDS channel for server \"xds.example:443\": connection reset by peer");
+    h.expect_nothing();
+    // A new watcher gets the value, then the standing error.
+    let w2 = h.watch(CDS, "c1");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    value_of(&n);
+    assert_eq!(ambient_error(&h.expect_notify()).kind, ErrorKind::Connectivity);
+}
+
+#[test]
+fn connectivity_failure_without_cached_data_replaces_the_state() {
+    let mut h = Harness::new();
+    let w = h.watch(LDS, "l1");
+    h.connect_first(LDS, &["l1"]);
+    h.connectivity_failure(0, "tls handshake failed");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    assert_eq!(changed_error(&n).kind, ErrorKind::Connectivity);
+    // A new watcher of another resource on the failing server hears of it at once.
+    let w2 = h.watch(LDS, "l2");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert!(changed_error(&n).status.message.contains("tls handshake failed"));
+}
+
+#[test]
+fn watch_while_in_backoff_waits_for_the_timer_and_gets_the_error_at_once() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c1");
+    let s = h.expect_start();
+    h.take();
+    h.close(s, Code::UNAVAILABLE, "refused");
+    h.take();
+    let w2 = h.watch(CDS, "c2");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert_eq!(changed_error(&n).kind, ErrorKind::Connectivity);
+    h.expect_nothing();
+    h.advance(2 * SECOND);
+    let s2 = h.expect_start();
+    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1", "c2"], "", "").with_node());
+}
+
+#[test]
+fn a_response_clears_the_standing_connectivity_error() {
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1"]);
+    h.connectivity_failure(0, "blip");
+    h.take();
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    h.take();
+    assert!(h.client.server_error(xds_proto_core::ServerId(0)).is_none());
+    h.watch(CDS, "c1");
+    value_of(&h.expect_notify());
+    h.expect_nothing();
+}
+
+// ----- A57: the does-not-exist timer -----
+
+#[test]
+fn does_not_exist_fires_15_seconds_after_the_subscription_was_sent() {
+    let mut h = Harness::new();
+    let w = h.watch(CDS, "missing");
+    h.connect_first(CDS, &["missing"]);
+    h.advance(Duration::from_millis(14_999));
+    h.expect_nothing();
+    h.advance(Duration::from_millis(1));
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    let e = changed_error(&n);
+    assert_eq!((e.kind, e.status.code), (ErrorKind::DoesNotExist, Code::NOT_FOUND));
+    assert_eq!(
+        e.status.message,
+        "Cluster \"missing\" does not exist: xDS server \"xds.example:443\" did not send it within 15s"
+    );
+    assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::DoesNotExist);
+    // A later watcher gets the does-not-exist state at once.
+    let w2 = h.watch(CDS, "missing");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert_eq!(changed_error(&n).kind, ErrorKind::DoesNotExist);
+}
+
+#[test]
+fn the_timer_does_not_start_while_the_request_is_not_yet_sent() {
+    let mut h = Harness::new();
+    let w = h.watch(CDS, "c1");
+    let s = h.expect_start();
+    h.expect_request(s);
+    h.started(s);
+    // The transport holds the request for a minute (still connecting).
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+    h.sent(s);
+    h.advance(Duration::from_millis(14_999));
+    h.expect_nothing();
+    h.advance(Duration::from_millis(1));
+    assert_eq!(h.expect_notify().watcher, w);
+}
+
+#[test]
+fn the_timer_does_not_start_before_the_stream_is_established() {
+    let mut h = Harness::new();
+    let w = h.watch(CDS, "c1");
+    let s = h.expect_start();
+    h.expect_request(s);
+    h.sent(s); // taken by the transport, but not yet on an established connection
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+    h.started(s);
+    h.advance(15 * SECOND);
+    assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::DoesNotExist);
+    let _ = w;
+}
+
+#[test]
+fn the_timer_is_cancelled_by_a_stream_failure_and_restarted_on_the_next_stream() {
+    let mut h = Harness::new();
+    let w = h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    h.advance(10 * SECOND);
+    h.close(s, Code::UNAVAILABLE, "reset");
+    assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::Connectivity);
+    // Backoff ~1 s; the old timer would have fired at 15 s: it must not.
+    h.advance(2 * SECOND);
+    let s2 = h.expect_start();
+    h.expect_request(s2);
+    h.advance(10 * SECOND);
+    h.expect_nothing();
+    h.started(s2);
+    h.sent(s2);
+    h.advance(Duration::from_millis(14_999));
+    h.expect_nothing();
+    h.advance(Duration::from_millis(1));
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_error(&n).kind), (w, ErrorKind::DoesNotExist));
+}
+
+#[test]
+fn the_timer_never_fires_while_the_channel_reports_a_failure() {
+    let mut h = Harness::new();
+    h.watch(CDS, "c1");
+    h.connect_first(CDS, &["c1"]);
+    h.advance(5 * SECOND);
+    h.connectivity_failure(0, "unreachable");
+    h.take();
+    h.advance(120 * SECOND);
+    h.expect_nothing();
+}
+
+#[test]
+fn the_timer_never_starts_for_a_cached_resource_on_a_new_stream() {
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1"]);
+    h.close(s, Code::UNAVAILABLE, "goaway");
+    let s2 = h.expect_start();
+    h.expect_request(s2);
+    h.started(s2);
+    h.sent(s2);
+    h.advance(120 * SECOND);
+    h.expect_nothing();
+    assert_eq!(h.client.poll_timeout(), None);
+}
+
+#[test]
+fn only_uncached_resources_are_timed_on_a_new_stream() {
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1"]);
+    let w2 = h.watch(CDS, "c2");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
+    h.close(s, Code::UNAVAILABLE, "goaway");
+    let s2 = h.expect_start();
+    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1", "c2"], "1", "").with_node());
+    h.started(s2);
+    h.sent(s2);
+    h.advance(15 * SECOND);
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name), (w2, "c2"));
+    h.expect_nothing();
+}
+
+#[test]
+fn a_resource_arriving_before_the_timer_cancels_it_and_one_arriving_after_replaces_the_error() {
+    let mut h = Harness::new();
+    let w1 = h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    let w2 = h.watch(CDS, "c2");
+    h.expect_request(s);
+    h.sent(s);
+    h.advance(5 * SECOND);
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
+    assert_eq!(h.expect_notify().watcher, w1);
+    h.expect_request(s);
+    h.sent(s);
+    h.advance(10 * SECOND);
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_error(&n).kind), (w2, ErrorKind::DoesNotExist));
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster("c2")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    value_of(&n);
+}
+
+#[test]
+fn a_transient_resource_timer_reports_unavailable_instead_of_does_not_exist() {
+    let json = ONE_SERVER_BOOTSTRAP.replace(
+        r#""channel_creds": [{"type": "insecure"}]"#,
+        r#""channel_creds": [{"type": "insecure"}], "server_features": ["resource_timer_is_transient_error"]"#,
+    );
+    let mut h = Harness::with_bootstrap(&json, |c| c.resource_timeout = Duration::from_secs(3));
+    h.watch(CDS, "c1");
+    h.connect_first(CDS, &["c1"]);
+    h.advance(3 * SECOND);
+    let n = h.expect_notify();
+    let e = changed_error(&n);
+    assert_eq!((e.kind, e.status.code), (ErrorKind::Timeout, Code::UNAVAILABLE));
+    assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::Timeout);
+}
+
+// ----- A88: deletion of LDS/CDS resources -----
+
+#[test]
+fn missing_cds_resource_is_an_ambient_not_found_by_default_and_the_cache_is_kept() {
+    let mut h = Harness::new();
+    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[1]);
+    let e = ambient_error(&n);
+    assert_eq!((e.kind, e.status.code), (ErrorKind::DeletionIgnored, Code::NOT_FOUND));
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "2", "n2"));
+    h.sent(s);
+    // Reported once, not on every response that still omits it.
+    h.respond(s, CDS, "3", "n3", vec![cluster("c1")]);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "3", "n3"));
+    h.expect_nothing();
+    let c2 = h.client.resource_snapshot().into_iter().find(|r| &*r.name == "c2").unwrap();
+    assert_eq!(c2.status, ResourceStatusKind::Acked);
+    assert!(c2.value.is_some());
+}
+
+#[test]
+fn missing_lds_resource_is_dropped_under_fail_on_data_errors() {
+    let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
+    let w1 = h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    let w2 = h.watch(LDS, "l2");
+    h.expect_request(s);
+    h.sent(s);
+    h.respond(s, LDS, "1", "n1", vec![listener("l1", "r"), listener("l2", "r")]);
+    h.take();
+    h.sent(s);
+    h.respond(s, LDS, "2", "n2", vec![listener("l1", "r")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert_eq!(changed_error(&n).kind, ErrorKind::DoesNotExist);
+    assert_eq!(h.expect_request(s), Req::new(LDS, &["l1", "l2"], "2", "n2"));
+    let l2 = h.client.resource_snapshot().into_iter().find(|r| &*r.name == "l2").unwrap();
+    assert_eq!((l2.status, l2.value.is_none()), (ResourceStatusKind::DoesNotExist, true));
+    let _ = w1;
+}
+
+#[test]
+fn missing_rds_and_eds_resources_are_not_deletions() {
+    let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
+    h.watch(RDS, "r1");
+    let s = h.connect_first(RDS, &["r1"]);
+    h.watch(RDS, "r2");
+    h.expect_request(s);
+    h.sent(s);
+    h.respond(s, RDS, "1", "n1", vec![route_config("r1", "c"), route_config("r2", "c")]);
+    h.take();
+    h.sent(s);
+    h.respond(s, RDS, "2", "n2", vec![route_config("r1", "c")]);
+    assert_eq!(h.expect_request(s), Req::new(RDS, &["r1", "r2"], "2", "n2"));
+    h.expect_nothing();
+}
+
+#[test]
+fn deletion_is_not_inferred_when_an_unnamed_resource_failed_to_decode() {
+    let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
+    let (s, _) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    let garbage = xds_proto_core::pb::google::protobuf::Any {
+        type_url: CDS.to_string(),
+        value: bytes::Bytes::from_static(&[0x0a, 0xff]),
+    };
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1"), garbage]);
+    let req = h.expect_request(s);
+    assert!(req.error.unwrap().starts_with("resource index 1: <unknown name>: "));
+    h.expect_nothing();
+}
+
+// ----- TP3: resource_errors -----
+
+fn respond_errors(h: &mut Harness, s: StreamId, type_url: &str, resources: Vec<xds_proto_core::pb::google::protobuf::Any>, errors: Vec<xds_proto_core::pb::envoy::service::discovery::v3::ResourceError>) {
+    let mut r = response(type_url, "2", "e1", resources);
+    r.resource_errors = errors;
+    h.respond_with(s, r);
+}
+
+#[test]
+fn transient_server_error_for_an_uncached_resource_cancels_the_timer() {
+    for code in [Code::UNAVAILABLE, Code::INTERNAL, Code::UNKNOWN, Code::ABORTED, Code(99)] {
+        let mut h = Harness::new();
+        let w = h.watch(CDS, "c1");
+        let s = h.connect_first(CDS, &["c1"]);
+        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "backend down")]);
+        let n = h.expect_notify();
+        assert_eq!(n.watcher, w);
+        let e = changed_error(&n);
+        assert_eq!((e.kind, e.status.code), (ErrorKind::ServerReported, code));
+        assert!(e.status.message.ends_with("backend down"), "{}", e.status.message);
+        assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "2", "e1"));
+        h.advance(60 * SECOND);
+        h.expect_nothing();
+        assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::ReceivedError);
+    }
+}
+
+#[test]
+fn transient_server_error_for_a_cached_resource_is_ambient_and_keeps_the_value() {
+    for code in [Code::UNAVAILABLE, Code::INTERNAL, Code::UNKNOWN, Code::RESOURCE_EXHAUSTED] {
+        let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
+        let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "flaky")]);
+        let n = h.expect_notify();
+        assert_eq!(n.watcher, ws[0]);
+        assert_eq!(ambient_error(&n).kind, ErrorKind::ServerReported);
+        // Under fail_on_data_errors too: transient errors never drop the cache, and the
+        // LDS/CDS name counts as present (no deletion).
+        assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "2", "e1"));
+        h.expect_nothing();
+        let snap = &h.client.resource_snapshot()[0];
+        assert_eq!(snap.status, ResourceStatusKind::ReceivedError);
+        assert!(snap.value.is_some());
+        assert!(snap.error_state.as_ref().unwrap().details.contains("flaky"));
+    }
+}
+
+#[test]
+fn not_found_for_an_uncached_resource_is_does_not_exist_at_once() {
+    let mut h = Harness::new();
+    let w = h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    respond_errors(&mut h, s, LDS, vec![], vec![resource_error("l1", Code::NOT_FOUND, "no such listener")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    let e = changed_error(&n);
+    assert_eq!((e.kind, e.status.code), (ErrorKind::DoesNotExist, Code::NOT_FOUND));
+    h.expect_request(s);
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+}
+
+#[test]
+fn data_errors_on_cached_resources_keep_the_cache_by_default() {
+    for code in [Code::NOT_FOUND, Code::PERMISSION_DENIED] {
+        let mut h = Harness::new();
+        let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "denied")]);
+        let n = h.expect_notify();
+        assert_eq!(n.watcher, ws[0]);
+        assert_eq!(ambient_error(&n).status.code, code);
+        h.expect_request(s);
+        assert!(h.client.resource_snapshot()[0].value.is_some());
+    }
+}
+
+#[test]
+fn data_errors_on_cached_resources_drop_the_cache_under_fail_on_data_errors() {
+    for code in [Code::NOT_FOUND, Code::PERMISSION_DENIED] {
+        let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
+        let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "gone")]);
+        let n = h.expect_notify();
+        assert_eq!(n.watcher, ws[0]);
+        assert_eq!(changed_error(&n).status.code, code);
+        h.expect_request(s);
+        let snap = &h.client.resource_snapshot()[0];
+        assert!(snap.value.is_none());
+        assert_eq!(snap.status, ResourceStatusKind::ReceivedError);
+    }
+}
+
+#[test]
+fn a_server_error_is_remembered_until_the_resource_arrives() {
+    let mut h = Harness::new();
+    h.watch(LDS, "l1");
+    let s = h.connect_first(LDS, &["l1"]);
+    respond_errors(&mut h, s, LDS, vec![], vec![resource_error("l1", Code::PERMISSION_DENIED, "not yours")]);
+    h.take();
+    h.sent(s);
+    // A later LDS response without l1 and without an error: the error still stands.
+    h.respond(s, LDS, "3", "n3", vec![]);
+    assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "3", "n3"));
+    h.sent(s);
+    let w2 = h.watch(LDS, "l1");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w2);
+    assert_eq!(changed_error(&n).status.code, Code::PERMISSION_DENIED);
+    // Then the resource arrives and replaces the error.
+    h.respond(s, LDS, "4", "n4", vec![listener("l1", "r1")]);
+    assert_eq!(value_of(&h.expect_notify()).downcast_ref::<ListenerResource>().unwrap().name, "l1");
+    h.expect_notify();
+    assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::Acked);
+}
+
+#[test]
+fn resource_errors_with_an_empty_name_or_an_ok_status_make_the_response_a_nack() {
+    let mut h = Harness::new();
+    let w = h.watch(CDS, "c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    respond_errors(
+        &mut h,
+        s,
+        CDS,
+        vec![cluster("c1")],
+        vec![resource_error("", Code::UNAVAILABLE, "x"), resource_error("c9", Code::OK, "fine")],
+    );
+    assert_eq!(h.expect_notify().watcher, w); // the valid resource is still applied
+    let req = h.expect_request(s);
+    assert_eq!(req.version, "");
+    assert_eq!(
+        req.error.as_deref(),
+        Some("resource_errors[0]: empty resource name; resource_errors[1]: c9: error_detail has status OK")
+    );
+}
+
+// ----- CSDS snapshot -----
+
+#[test]
+fn csds_reports_every_state_with_versions_raw_bytes_and_errors() {
+    use xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["good"]);
+    h.watch(CDS, "pending");
+    h.expect_request(s);
+    h.sent(s);
+    let acked_at = h.now;
+    h.advance(SECOND);
+    h.respond(s, CDS, "2", "n2", vec![cluster("good"), fixtures::invalid_cluster("pending")]);
+    h.take();
+    let configs = h.client.csds_configs();
+    assert_eq!(configs.len(), 2);
+    let good = &configs[0];
+    assert_eq!((good.name.as_str(), good.version_info.as_str()), ("good", "2"));
+    assert_eq!(good.client_status, ClientResourceStatus::Acked as i32);
+    let raw = good.xds_config.as_ref().unwrap();
+    assert_eq!(raw.type_url, CDS);
+    assert_eq!(raw.value, cluster("good").value);
+    assert_eq!(good.last_updated.unwrap().seconds as u64, acked_at.since_origin().as_secs());
+    let pending = &configs[1];
+    assert_eq!(pending.client_status, ClientResourceStatus::Nacked as i32);
+    assert!(pending.xds_config.is_none());
+    let failure = pending.error_state.as_ref().unwrap();
+    assert_eq!(failure.version_info, "2");
+    assert!(!failure.details.is_empty());
+}

@@ -1,0 +1,1771 @@
+//! The ADS protocol engine: one deterministic state machine per xDS client.
+//!
+//! It owns the watchers, the resource cache, one ADS stream per server in use (with
+//! version, nonce and subscriptions per type), ACK/NACK, the A57 failure modes
+//! (stream termination, connectivity errors, backoff, the does-not-exist timer),
+//! TP3 `resource_errors`, the A88 watcher split, and the CSDS snapshot.
+//!
+//! Methods come in four groups, as in quinn-proto: getters, inputs (`watch`,
+//! `cancel_watch`, `handle_event`, `handle_timeout`), and the two outputs
+//! (`poll_action`, `poll_timeout`). After every input, drain `poll_action()` until it
+//! returns `None`, then sleep until `poll_timeout()`.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::backoff::{Backoff, BackoffConfig};
+use crate::bootstrap::{Bootstrap, ServerConfig};
+use crate::names;
+use crate::pb::envoy::service::discovery::v3 as discovery;
+use crate::resource::{self, ErasedResourceType, ResourceValue, XdsResourceType};
+use crate::time::Instant;
+
+/// The upper bound of a NACK's `error_detail` message, in bytes.
+pub const MAX_NACK_DETAIL_BYTES: usize = 8 * 1024;
+
+/// The default does-not-exist timeout (gRFC A57, the xDS protocol's 15 seconds).
+pub const DEFAULT_RESOURCE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Identifies one ADS stream. Never reused, so events for an old stream are ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u64);
+
+/// Identifies one watch. Never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WatcherId(pub u64);
+
+/// Identifies one xDS server (a distinct [`ServerConfig`]) of this client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServerId(pub usize);
+
+/// A gRPC status code, kept as its wire value so that codes unknown today survive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Code(pub i32);
+
+impl Code {
+    /// OK.
+    pub const OK: Code = Code(0);
+    /// CANCELLED.
+    pub const CANCELLED: Code = Code(1);
+    /// UNKNOWN.
+    pub const UNKNOWN: Code = Code(2);
+    /// INVALID_ARGUMENT.
+    pub const INVALID_ARGUMENT: Code = Code(3);
+    /// DEADLINE_EXCEEDED.
+    pub const DEADLINE_EXCEEDED: Code = Code(4);
+    /// NOT_FOUND.
+    pub const NOT_FOUND: Code = Code(5);
+    /// ALREADY_EXISTS.
+    pub const ALREADY_EXISTS: Code = Code(6);
+    /// PERMISSION_DENIED.
+    pub const PERMISSION_DENIED: Code = Code(7);
+    /// RESOURCE_EXHAUSTED.
+    pub const RESOURCE_EXHAUSTED: Code = Code(8);
+    /// FAILED_PRECONDITION.
+    pub const FAILED_PRECONDITION: Code = Code(9);
+    /// ABORTED.
+    pub const ABORTED: Code = Code(10);
+    /// OUT_OF_RANGE.
+    pub const OUT_OF_RANGE: Code = Code(11);
+    /// UNIMPLEMENTED.
+    pub const UNIMPLEMENTED: Code = Code(12);
+    /// INTERNAL.
+    pub const INTERNAL: Code = Code(13);
+    /// UNAVAILABLE.
+    pub const UNAVAILABLE: Code = Code(14);
+    /// DATA_LOSS.
+    pub const DATA_LOSS: Code = Code(15);
+    /// UNAUTHENTICATED.
+    pub const UNAUTHENTICATED: Code = Code(16);
+
+    /// The canonical upper-case name, or `CODE(n)` for a value outside 0..=16.
+    pub fn name(self) -> String {
+        const NAMES: [&str; 17] = [
+            "OK",
+            "CANCELLED",
+            "UNKNOWN",
+            "INVALID_ARGUMENT",
+            "DEADLINE_EXCEEDED",
+            "NOT_FOUND",
+            "ALREADY_EXISTS",
+            "PERMISSION_DENIED",
+            "RESOURCE_EXHAUSTED",
+            "FAILED_PRECONDITION",
+            "ABORTED",
+            "OUT_OF_RANGE",
+            "UNIMPLEMENTED",
+            "INTERNAL",
+            "UNAVAILABLE",
+            "DATA_LOSS",
+            "UNAUTHENTICATED",
+        ];
+        usize::try_from(self.0)
+            .ok()
+            .and_then(|i| NAMES.get(i))
+            .map_or_else(|| format!("CODE({})", self.0), |s| (*s).to_string())
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// A gRPC status: a code and a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The code.
+    pub code: Code,
+    /// The message.
+    pub message: String,
+}
+
+impl Status {
+    /// A status with the given code and message.
+    pub fn new(code: Code, message: impl Into<String>) -> Status {
+        Status { code, message: message.into() }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// What kind of failure an [`XdsError`] reports, for programs that react to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The resource does not exist: the timer fired, the server said NOT_FOUND, or a
+    /// deletion was applied.
+    DoesNotExist,
+    /// The does-not-exist timer fired on a server with `resource_timer_is_transient_error`.
+    Timeout,
+    /// The server sent the resource and it failed validation (it was NACKed).
+    Invalid,
+    /// The server omitted a cached LDS/CDS resource from a SotW response and the client
+    /// kept the cached value (the default of gRFC A88).
+    DeletionIgnored,
+    /// The ADS stream or channel to the server failed.
+    Connectivity,
+    /// The server reported an error for this resource in `resource_errors` (TP3).
+    ServerReported,
+}
+
+/// An error delivered to a watcher, shaped as a gRPC status with a kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XdsError {
+    /// The kind of failure.
+    pub kind: ErrorKind,
+    /// The status a data plane would fail RPCs with, with a message naming the
+    /// resource and the server.
+    pub status: Status,
+}
+
+impl fmt::Display for XdsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.status.fmt(f)
+    }
+}
+
+impl std::error::Error for XdsError {}
+
+/// What a watcher is told (the gRFC A88 split).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    /// The resource changed: a new value, or an error that replaces the old value
+    /// (does-not-exist, an invalid uncached resource, a data error under
+    /// `fail_on_data_errors`, a connectivity error before any value arrived).
+    Changed(Result<ResourceValue, XdsError>),
+    /// Something went wrong but the value the watcher holds stays valid.
+    AmbientError(XdsError),
+}
+
+/// A notification for one watcher.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notification {
+    /// The watcher it is for.
+    pub watcher: WatcherId,
+    /// The type URL of the watched resource.
+    pub type_url: &'static str,
+    /// The name of the watched resource.
+    pub name: Arc<str>,
+    /// What happened.
+    pub event: WatchEvent,
+}
+
+/// An input from the transport.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The stream has been dispatched on an established connection to its server.
+    /// Until this (or a response) arrives, the does-not-exist timer does not start.
+    StreamStarted {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// The transport has taken the last [`Action::SendRequest`] of this stream onto an
+    /// established connection. The next request is only emitted after this.
+    RequestSent {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// A `DiscoveryResponse` arrived, as raw bytes.
+    ResponseReceived {
+        /// The stream.
+        stream: StreamId,
+        /// The serialized `envoy.service.discovery.v3.DiscoveryResponse`.
+        bytes: Bytes,
+    },
+    /// The stream ended with this status. Not needed after [`Action::CloseStream`]: the
+    /// core has already forgotten that stream.
+    StreamClosed {
+        /// The stream.
+        stream: StreamId,
+        /// How it ended.
+        status: Status,
+    },
+    /// The channel to a server reported a connectivity failure (TRANSIENT_FAILURE).
+    ConnectivityFailure {
+        /// The server.
+        server: ServerId,
+        /// Why, as the channel reported it.
+        reason: String,
+    },
+}
+
+/// An output for the adapter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Open an ADS stream (`StreamAggregatedResources`) to this server.
+    StartStream {
+        /// The server.
+        server: ServerId,
+        /// Its configuration (URI and credentials).
+        config: Arc<ServerConfig>,
+        /// The id events for this stream must carry.
+        stream: StreamId,
+    },
+    /// Send this request on the stream, after the ones before it. Report
+    /// [`Event::RequestSent`] when the transport has taken it.
+    SendRequest {
+        /// The stream.
+        stream: StreamId,
+        /// The request (boxed: it is the largest action by far).
+        request: Box<discovery::DiscoveryRequest>,
+    },
+    /// Close the stream (half-close and drop it). No event is expected for it.
+    CloseStream {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// Nothing on this server is watched any more: its channel may be dropped.
+    DropChannel {
+        /// The server.
+        server: ServerId,
+    },
+    /// Deliver a notification to a watcher.
+    Notify(Notification),
+}
+
+/// Why a watch could not be registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchError {
+    /// No resource type with this type URL is registered.
+    UnknownType(String),
+    /// The resource name is an `xdstp://` name whose authority is not in the bootstrap.
+    UnknownAuthority {
+        /// The authority.
+        authority: String,
+        /// The resource name.
+        name: String,
+    },
+    /// The bootstrap names no server for this resource.
+    NoServer(String),
+    /// The name is a malformed `xdstp://` name, or names another resource type.
+    InvalidName(names::NameError),
+}
+
+impl fmt::Display for WatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchError::UnknownType(url) => write!(f, "unknown resource type {url:?}"),
+            WatchError::UnknownAuthority { authority, name } => write!(
+                f,
+                "authority {authority:?} of resource {name:?} is not in the bootstrap's authorities"
+            ),
+            WatchError::NoServer(name) => write!(f, "no xDS server configured for resource {name:?}"),
+            WatchError::InvalidName(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for WatchError {}
+
+/// Why a type could not be registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DuplicateTypeError(pub &'static str);
+
+impl fmt::Display for DuplicateTypeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "resource type {} is already registered", self.0)
+    }
+}
+
+impl std::error::Error for DuplicateTypeError {}
+
+/// The client's settings beyond the bootstrap.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The parsed bootstrap.
+    pub bootstrap: Arc<Bootstrap>,
+    /// How long to wait for a subscribed resource before it is taken not to exist.
+    pub resource_timeout: Duration,
+    /// Backoff between failing stream attempts.
+    pub backoff: BackoffConfig,
+    /// Reported in `Node.user_agent_name`.
+    pub user_agent_name: String,
+    /// Reported in `Node.user_agent_version`.
+    pub user_agent_version: String,
+}
+
+impl ClientConfig {
+    /// The defaults (15 s resource timeout, gRPC backoff) for a bootstrap.
+    pub fn new(bootstrap: impl Into<Arc<Bootstrap>>) -> ClientConfig {
+        ClientConfig {
+            bootstrap: bootstrap.into(),
+            resource_timeout: DEFAULT_RESOURCE_TIMEOUT,
+            backoff: BackoffConfig::default(),
+            user_agent_name: "xds-proto".to_string(),
+            user_agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// A resource's state as CSDS reports it (`ClientResourceStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResourceStatusKind {
+    /// Subscribed; nothing received yet.
+    Requested,
+    /// Known not to exist.
+    DoesNotExist,
+    /// Received and accepted.
+    Acked,
+    /// The last update of it was rejected; the cached value (if any) is the last good one.
+    Nacked,
+    /// The server reported an error for it (TP3).
+    ReceivedError,
+    /// The does-not-exist timer fired on a server with `resource_timer_is_transient_error`.
+    Timeout,
+}
+
+/// The last rejected update of a resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpdateFailure {
+    /// Why it was rejected.
+    pub details: String,
+    /// The version of the rejected response.
+    pub version: String,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+/// A read-only view of one resource, for CSDS and diagnostics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceSnapshot {
+    /// The type URL.
+    pub type_url: &'static str,
+    /// The name.
+    pub name: Arc<str>,
+    /// The status.
+    pub status: ResourceStatusKind,
+    /// The version of the response that delivered the cached value ("" when none).
+    pub version: Arc<str>,
+    /// When the cached value was last updated.
+    pub last_updated: Option<Instant>,
+    /// The raw serialized resource, as the server sent it.
+    pub raw: Option<Bytes>,
+    /// The decoded value.
+    pub value: Option<ResourceValue>,
+    /// The last rejected update, or the server-reported error.
+    pub error_state: Option<UpdateFailure>,
+    /// How many watchers it has.
+    pub watchers: usize,
+}
+
+type TypeIdx = usize;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum TimerKey {
+    Reconnect(usize),
+    DoesNotExist(TypeIdx, Arc<str>),
+}
+
+/// All deadlines of the client in one table, keyed by purpose.
+#[derive(Debug, Default)]
+struct TimerTable {
+    by_deadline: BTreeSet<(Instant, TimerKey)>,
+    by_key: HashMap<TimerKey, Instant>,
+}
+
+impl TimerTable {
+    fn set(&mut self, key: TimerKey, at: Instant) {
+        if let Some(old) = self.by_key.insert(key.clone(), at) {
+            self.by_deadline.remove(&(old, key.clone()));
+        }
+        self.by_deadline.insert((at, key));
+    }
+
+    fn cancel(&mut self, key: &TimerKey) {
+        if let Some(old) = self.by_key.remove(key) {
+            self.by_deadline.remove(&(old, key.clone()));
+        }
+    }
+
+    fn is_armed(&self, key: &TimerKey) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.by_deadline.first().map(|(at, _)| *at)
+    }
+
+    fn pop_expired(&mut self, now: Instant) -> Option<TimerKey> {
+        let (at, _) = self.by_deadline.first()?;
+        if *at > now {
+            return None;
+        }
+        let (_, key) = self.by_deadline.pop_first()?;
+        self.by_key.remove(&key);
+        Some(key)
+    }
+}
+
+#[derive(Debug)]
+struct Cached {
+    value: ResourceValue,
+    raw: Bytes,
+    version: Arc<str>,
+    updated: Instant,
+}
+
+#[derive(Debug)]
+struct ResourceEntry {
+    name: Arc<str>,
+    /// The authority whose servers serve it.
+    authority: usize,
+    watchers: Vec<WatcherId>,
+    cached: Option<Cached>,
+    /// Known not to exist (timer fired, NOT_FOUND, or deletion applied).
+    does_not_exist: bool,
+    /// The timer fired as a transient error (`resource_timer_is_transient_error`).
+    timed_out: bool,
+    /// The last NACK of this resource, until a valid copy arrives.
+    nack: Option<UpdateFailure>,
+    /// A TP3 error remembered until the resource or a new error arrives.
+    server_error: Option<UpdateFailure>,
+    /// The error that stands for new watchers: ambient when cached, the state otherwise.
+    error: Option<XdsError>,
+    /// The server and stream on which the does-not-exist timer was started, if any.
+    timer: Option<(usize, StreamId)>,
+}
+
+impl ResourceEntry {
+    /// "Cached" in the A71 sense: a value, or known not to exist.
+    fn is_cached(&self) -> bool {
+        self.cached.is_some() || self.does_not_exist
+    }
+
+    fn status(&self) -> ResourceStatusKind {
+        if self.server_error.is_some() {
+            ResourceStatusKind::ReceivedError
+        } else if self.nack.is_some() {
+            ResourceStatusKind::Nacked
+        } else if self.cached.is_some() {
+            ResourceStatusKind::Acked
+        } else if self.does_not_exist {
+            ResourceStatusKind::DoesNotExist
+        } else if self.timed_out {
+            ResourceStatusKind::Timeout
+        } else {
+            ResourceStatusKind::Requested
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct ServerTypeState {
+    /// The last accepted `version_info` of this type from this server.
+    version: String,
+    /// The names subscribed on this server.
+    subscribed: BTreeSet<Arc<str>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct StreamTypeState {
+    nonce: String,
+    /// A NACK message waiting to be sent.
+    nack: Option<String>,
+    /// A request for this type has been emitted on this stream.
+    ever_sent: bool,
+    /// A request for this type must be (re)sent.
+    dirty: bool,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    type_idx: TypeIdx,
+    names: Vec<Arc<str>>,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    id: StreamId,
+    connected: bool,
+    saw_response: bool,
+    sent_node: bool,
+    in_flight: Option<InFlight>,
+    /// Names whose subscribing request was sent before the stream was connected.
+    sent_before_connect: Vec<(TypeIdx, Arc<str>)>,
+    types: Vec<StreamTypeState>,
+    dirty_order: VecDeque<TypeIdx>,
+}
+
+/// One authority (gRFC A47) and its fallback state (gRFC A71).
+#[derive(Debug)]
+struct AuthorityState {
+    /// `None` for old-style names, served by the top-level servers.
+    name: Option<String>,
+    /// The bootstrap's servers for this authority, highest priority first.
+    servers: Vec<usize>,
+    /// How many of them are in use, `servers[..in_use]`; the last one is active.
+    in_use: usize,
+    /// How many resources of this authority are watched.
+    resources: usize,
+}
+
+impl AuthorityState {
+    fn in_use(&self) -> &[usize] {
+        &self.servers[..self.in_use]
+    }
+
+    fn active(&self) -> Option<usize> {
+        self.in_use().last().copied()
+    }
+}
+
+#[derive(Debug)]
+struct ServerState {
+    config: Arc<ServerConfig>,
+    stream: Option<StreamState>,
+    backoff: Backoff,
+    connectivity_error: Option<XdsError>,
+    types: Vec<ServerTypeState>,
+}
+
+impl ServerState {
+    fn has_subscriptions(&self) -> bool {
+        self.types.iter().any(|t| !t.subscribed.is_empty())
+    }
+}
+
+/// The xDS client state machine. See the module documentation for the drive loop.
+pub struct XdsClient {
+    config: ClientConfig,
+    node: crate::pb::envoy::config::core::v3::Node,
+    types: Vec<Arc<dyn ErasedResourceType>>,
+    servers: Vec<ServerState>,
+    authorities: Vec<AuthorityState>,
+    resources: Vec<HashMap<Arc<str>, ResourceEntry>>,
+    watchers: HashMap<WatcherId, (TypeIdx, Arc<str>)>,
+    timers: TimerTable,
+    actions: VecDeque<Action>,
+    rng: Xoshiro256PlusPlus,
+    next_stream: u64,
+    next_watcher: u64,
+    /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
+    #[cfg(feature = "planted-bug")]
+    planted_bug: bool,
+}
+
+impl fmt::Debug for XdsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XdsClient")
+            .field("servers", &self.servers.len())
+            .field("watchers", &self.watchers.len())
+            .field("pending_actions", &self.actions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl XdsClient {
+    /// A client with the built-in LDS/RDS/CDS/EDS types. `seed` drives backoff jitter.
+    pub fn new(config: ClientConfig, seed: u64) -> XdsClient {
+        let node = config
+            .bootstrap
+            .node
+            .to_proto(&config.user_agent_name, &config.user_agent_version);
+        let types = resource::builtin_types();
+        let resources = types.iter().map(|_| HashMap::new()).collect();
+        XdsClient {
+            config,
+            node,
+            types,
+            servers: Vec::new(),
+            authorities: Vec::new(),
+            resources,
+            watchers: HashMap::new(),
+            timers: TimerTable::default(),
+            actions: VecDeque::new(),
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            next_stream: 1,
+            next_watcher: 1,
+            #[cfg(feature = "planted-bug")]
+            planted_bug: false,
+        }
+    }
+
+    /// Test-only (feature `planted-bug`, off by default): when `on`, the client breaks
+    /// one A57 rule on purpose: it starts the does-not-exist timer when a request is
+    /// reported sent even if the stream is not yet connected. The simulator's
+    /// planted-bug test turns it on to show that its invariants catch the break.
+    #[cfg(feature = "planted-bug")]
+    #[doc(hidden)]
+    pub fn plant_bug(&mut self, on: bool) {
+        self.planted_bug = on;
+    }
+
+    /// Adds a user-defined resource type.
+    pub fn register_type<T: XdsResourceType>(&mut self, ty: T) -> Result<(), DuplicateTypeError> {
+        let url = XdsResourceType::type_url(&ty);
+        if self.type_index(url).is_some() {
+            return Err(DuplicateTypeError(url));
+        }
+        self.types.push(Arc::new(ty));
+        self.resources.push(HashMap::new());
+        for server in &mut self.servers {
+            server.types.push(ServerTypeState::default());
+            if let Some(stream) = &mut server.stream {
+                stream.types.push(StreamTypeState::default());
+            }
+        }
+        Ok(())
+    }
+
+    // ----- getters -----
+
+    /// The configuration the client was built with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The node identity sent on the first request of each stream.
+    pub fn node(&self) -> &crate::pb::envoy::config::core::v3::Node {
+        &self.node
+    }
+
+    /// The configuration of a server this client has used.
+    pub fn server_config(&self, server: ServerId) -> Option<&Arc<ServerConfig>> {
+        self.servers.get(server.0).map(|s| &s.config)
+    }
+
+    /// The stream currently open to a server, if any.
+    pub fn current_stream(&self, server: ServerId) -> Option<StreamId> {
+        self.servers.get(server.0)?.stream.as_ref().map(|s| s.id)
+    }
+
+    /// The standing connectivity error of a server, if its last attempt failed.
+    pub fn server_error(&self, server: ServerId) -> Option<&XdsError> {
+        self.servers.get(server.0)?.connectivity_error.as_ref()
+    }
+
+    /// A snapshot of every watched resource, for CSDS; ordered by type, then name.
+    pub fn resource_snapshot(&self) -> Vec<ResourceSnapshot> {
+        let mut out = Vec::new();
+        for (t, table) in self.resources.iter().enumerate() {
+            let type_url = self.types[t].type_url();
+            let mut entries: Vec<&ResourceEntry> = table.values().collect();
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            for e in entries {
+                out.push(ResourceSnapshot {
+                    type_url,
+                    name: e.name.clone(),
+                    status: e.status(),
+                    version: e.cached.as_ref().map_or_else(|| Arc::from(""), |c| c.version.clone()),
+                    last_updated: e.cached.as_ref().map(|c| c.updated),
+                    raw: e.cached.as_ref().map(|c| c.raw.clone()),
+                    value: e.cached.as_ref().map(|c| c.value.clone()),
+                    error_state: e.server_error.clone().or_else(|| e.nack.clone()),
+                    watchers: e.watchers.len(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The CSDS `GenericXdsConfig` entries of this client.
+    pub fn csds_configs(&self) -> Vec<crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig> {
+        use crate::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+        use crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+        use crate::pb::google::protobuf::{Any, Timestamp};
+        let timestamp = |at: Instant| {
+            let d = at.since_origin();
+            Timestamp {
+                seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+            }
+        };
+        self.resource_snapshot()
+            .into_iter()
+            .map(|r| GenericXdsConfig {
+                type_url: r.type_url.to_string(),
+                name: r.name.to_string(),
+                version_info: r.version.to_string(),
+                xds_config: r.raw.map(|value| Any { type_url: r.type_url.to_string(), value }),
+                last_updated: r.last_updated.map(timestamp),
+                config_status: 0,
+                client_status: match r.status {
+                    ResourceStatusKind::Requested => ClientResourceStatus::Requested,
+                    ResourceStatusKind::DoesNotExist => ClientResourceStatus::DoesNotExist,
+                    ResourceStatusKind::Acked => ClientResourceStatus::Acked,
+                    ResourceStatusKind::Nacked => ClientResourceStatus::Nacked,
+                    ResourceStatusKind::ReceivedError => ClientResourceStatus::ReceivedError,
+                    ResourceStatusKind::Timeout => ClientResourceStatus::Timeout,
+                } as i32,
+                error_state: r.error_state.map(|e| UpdateFailureState {
+                    failed_configuration: None,
+                    last_update_attempt: Some(timestamp(e.at)),
+                    details: e.details,
+                    version_info: e.version,
+                }),
+                is_static_resource: false,
+            })
+            .collect()
+    }
+
+    // ----- inputs -----
+
+    /// Starts watching a resource. The watcher is told the current state at once if the
+    /// resource is already known, and of every change after.
+    pub fn watch(&mut self, type_url: &str, name: &str, now: Instant) -> Result<WatcherId, WatchError> {
+        let t = self
+            .type_index(type_url)
+            .ok_or_else(|| WatchError::UnknownType(type_url.to_string()))?;
+        let canonical = names::canonicalize(name).map_err(WatchError::InvalidName)?;
+        let authority = self.authority_for(t, &canonical)?;
+        let id = WatcherId(self.next_watcher);
+        self.next_watcher += 1;
+        let type_url = self.types[t].type_url();
+        let conn = self.authorities[authority]
+            .active()
+            .and_then(|s| self.servers[s].connectivity_error.clone());
+        if let Some(entry) = self.resources[t].get_mut(&*canonical) {
+            entry.watchers.push(id);
+            let name = entry.name.clone();
+            self.watchers.insert(id, (t, name.clone()));
+            for event in initial_events(entry, conn.as_ref()) {
+                self.actions.push_back(Action::Notify(Notification {
+                    watcher: id,
+                    type_url,
+                    name: name.clone(),
+                    event,
+                }));
+            }
+            return Ok(id);
+        }
+        let name: Arc<str> = Arc::from(&*canonical);
+        self.resources[t].insert(
+            name.clone(),
+            ResourceEntry {
+                name: name.clone(),
+                authority,
+                watchers: vec![id],
+                cached: None,
+                does_not_exist: false,
+                timed_out: false,
+                nack: None,
+                server_error: None,
+                error: None,
+                timer: None,
+            },
+        );
+        self.watchers.insert(id, (t, name.clone()));
+        let auth = &mut self.authorities[authority];
+        auth.resources += 1;
+        if auth.in_use == 0 {
+            auth.in_use = 1;
+        }
+        // A new uncached resource while the active server is failing: fall back (A71),
+        // or tell the watcher at once.
+        if let Some(err) = conn {
+            if !self.maybe_fallback(authority) {
+                self.actions.push_back(Action::Notify(Notification {
+                    watcher: id,
+                    type_url,
+                    name: name.clone(),
+                    event: WatchEvent::Changed(Err(err)),
+                }));
+            }
+        }
+        for server in self.authorities[authority].in_use().to_vec() {
+            if self.servers[server].types[t].subscribed.insert(name.clone()) {
+                self.subscription_changed(server, t, now);
+            }
+        }
+        Ok(id)
+    }
+
+    /// Stops a watch. Nothing more reaches the watcher. When it was the last watch of
+    /// the resource, the resource is unsubscribed and forgotten; when it was the last
+    /// on a server, that server's stream is closed.
+    pub fn cancel_watch(&mut self, watcher: WatcherId, now: Instant) {
+        let Some((t, name)) = self.watchers.remove(&watcher) else {
+            return;
+        };
+        self.actions.retain(|a| !matches!(a, Action::Notify(n) if n.watcher == watcher));
+        let Some(entry) = self.resources[t].get_mut(&name) else {
+            return;
+        };
+        entry.watchers.retain(|w| *w != watcher);
+        if !entry.watchers.is_empty() {
+            return;
+        }
+        let authority = entry.authority;
+        self.resources[t].remove(&name);
+        self.timers.cancel(&TimerKey::DoesNotExist(t, name.clone()));
+        let auth = &mut self.authorities[authority];
+        let servers = auth.in_use().to_vec();
+        auth.resources -= 1;
+        if auth.resources == 0 {
+            auth.in_use = 0;
+        }
+        for server in servers {
+            self.servers[server].types[t].subscribed.remove(&name);
+            if self.servers[server].has_subscriptions() {
+                self.subscription_changed(server, t, now);
+            } else {
+                self.release_server(server);
+            }
+        }
+    }
+
+    /// Feeds one transport event.
+    pub fn handle_event(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::StreamStarted { stream } => {
+                if let Some(server) = self.server_of_stream(stream) {
+                    self.mark_connected(server, now);
+                }
+            }
+            Event::RequestSent { stream } => self.on_request_sent(stream, now),
+            Event::ResponseReceived { stream, bytes } => self.on_response(stream, bytes, now),
+            Event::StreamClosed { stream, status } => {
+                if let Some(server) = self.server_of_stream(stream) {
+                    self.on_stream_closed(server, status, now);
+                }
+            }
+            Event::ConnectivityFailure { server, reason } => {
+                self.on_connectivity_failure(server.0, reason)
+            }
+        }
+    }
+
+    /// Fires every timer due at `now`. An early call is a no-op.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(key) = self.timers.pop_expired(now) {
+            match key {
+                TimerKey::Reconnect(server) => self.ensure_stream(server),
+                TimerKey::DoesNotExist(t, name) => self.on_resource_timer(t, &name),
+            }
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The next action for the adapter, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next_deadline()
+    }
+
+    // ----- internals -----
+
+    fn type_index(&self, type_url: &str) -> Option<TypeIdx> {
+        self.types.iter().position(|t| t.type_url() == type_url)
+    }
+
+    /// The authority that serves the canonical name `name`, creating its state (and
+    /// the state of its servers) on first use.
+    fn authority_for(&mut self, t: TypeIdx, name: &str) -> Result<usize, WatchError> {
+        let parsed = names::parse_xdstp(name).map_err(WatchError::InvalidName)?;
+        if let Some(p) = &parsed {
+            if p.resource_type != names::message_type(self.types[t].type_url()) {
+                return Err(WatchError::InvalidName(names::NameError {
+                    name: name.to_string(),
+                    reason: "the resource type in the name is not the watched type",
+                }));
+            }
+        }
+        let authority = parsed.as_ref().map(|p| p.authority);
+        if let Some(i) = self.authorities.iter().position(|a| a.name.as_deref() == authority) {
+            return Ok(i);
+        }
+        let bootstrap = self.config.bootstrap.clone();
+        let configs = bootstrap
+            .servers_for_authority(authority)
+            .map_err(|_| WatchError::UnknownAuthority {
+                authority: authority.unwrap_or("").to_string(),
+                name: name.to_string(),
+            })?;
+        if configs.is_empty() {
+            return Err(WatchError::NoServer(name.to_string()));
+        }
+        let mut servers: Vec<usize> = Vec::with_capacity(configs.len());
+        for config in configs {
+            let server = self.server_index(config);
+            if !servers.contains(&server) {
+                servers.push(server);
+            }
+        }
+        self.authorities.push(AuthorityState {
+            name: authority.map(str::to_string),
+            servers,
+            in_use: 0,
+            resources: 0,
+        });
+        Ok(self.authorities.len() - 1)
+    }
+
+    /// The index of a server, creating its state on first use. Identical server
+    /// configurations share one state, and so one stream.
+    fn server_index(&mut self, config: &ServerConfig) -> usize {
+        if let Some(i) = self.servers.iter().position(|s| *s.config == *config) {
+            return i;
+        }
+        self.servers.push(ServerState {
+            config: Arc::new(config.clone()),
+            stream: None,
+            backoff: Backoff::new(self.config.backoff),
+            connectivity_error: None,
+            types: self.types.iter().map(|_| ServerTypeState::default()).collect(),
+        });
+        self.servers.len() - 1
+    }
+
+    /// Starts fallback for an authority whose active server failed, if it has an
+    /// uncached watched resource (gRFC A71): the next servers in order are put in use,
+    /// each subscribed to every watched resource of the authority, until one is not
+    /// known to be failing. Returns whether a server that may work is now in use.
+    fn maybe_fallback(&mut self, authority: usize) -> bool {
+        let uncached = self
+            .resources
+            .iter()
+            .any(|table| table.values().any(|e| e.authority == authority && !e.is_cached()));
+        if !uncached {
+            return false;
+        }
+        loop {
+            let auth = &mut self.authorities[authority];
+            let Some(&server) = auth.servers.get(auth.in_use) else {
+                return false;
+            };
+            auth.in_use += 1;
+            for t in 0..self.types.len() {
+                let subscribed = &mut self.servers[server].types[t].subscribed;
+                let mut added = false;
+                for entry in self.resources[t].values().filter(|e| e.authority == authority) {
+                    added |= subscribed.insert(entry.name.clone());
+                }
+                if added {
+                    self.subscription_changed(server, t, Instant::ZERO);
+                }
+            }
+            if self.servers[server].connectivity_error.is_none() {
+                return true;
+            }
+        }
+    }
+
+    /// A server answered: it is healthy. For every authority that has it in use below a
+    /// lower-priority server, switch back to it and stop using those below (A71).
+    fn set_healthy(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        srv.backoff.reset();
+        srv.connectivity_error = None;
+        for a in 0..self.authorities.len() {
+            let auth = &mut self.authorities[a];
+            let Some(pos) = auth.in_use().iter().position(|s| *s == server) else {
+                continue;
+            };
+            if pos + 1 == auth.in_use {
+                continue;
+            }
+            let dropped = auth.servers[pos + 1..auth.in_use].to_vec();
+            auth.in_use = pos + 1;
+            for lower in dropped {
+                self.unsubscribe_authority(a, lower);
+            }
+        }
+    }
+
+    /// Removes every resource of `authority` from `server`'s subscriptions.
+    fn unsubscribe_authority(&mut self, authority: usize, server: usize) {
+        let mut changed = Vec::new();
+        for (t, table) in self.resources.iter_mut().enumerate() {
+            for entry in table.values_mut().filter(|e| e.authority == authority) {
+                if self.servers[server].types[t].subscribed.remove(&entry.name) {
+                    if !changed.contains(&t) {
+                        changed.push(t);
+                    }
+                    if entry.timer.is_some_and(|(s, _)| s == server) {
+                        entry.timer = None;
+                        self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+                    }
+                }
+            }
+        }
+        if !self.servers[server].has_subscriptions() {
+            self.release_server(server);
+            return;
+        }
+        for t in changed {
+            self.subscription_changed(server, t, Instant::ZERO);
+        }
+    }
+
+    fn server_of_stream(&self, stream: StreamId) -> Option<usize> {
+        self.servers
+            .iter()
+            .position(|s| s.stream.as_ref().is_some_and(|st| st.id == stream))
+    }
+
+    /// The subscription of type `t` on `server` changed: resend it, or open a stream.
+    fn subscription_changed(&mut self, server: usize, t: TypeIdx, _now: Instant) {
+        let srv = &mut self.servers[server];
+        match &mut srv.stream {
+            Some(stream) => {
+                let ts = &mut stream.types[t];
+                if ts.ever_sent || !srv.types[t].subscribed.is_empty() {
+                    mark_dirty(stream, t);
+                }
+                self.pump(server);
+            }
+            None => self.ensure_stream(server),
+        }
+    }
+
+    /// Opens a stream to `server` if it has subscriptions, none is open, and no
+    /// backoff is pending.
+    fn ensure_stream(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        if srv.stream.is_some()
+            || !srv.has_subscriptions()
+            || self.timers.is_armed(&TimerKey::Reconnect(server))
+        {
+            return;
+        }
+        let id = StreamId(self.next_stream);
+        self.next_stream += 1;
+        let mut stream = StreamState {
+            id,
+            connected: false,
+            saw_response: false,
+            sent_node: false,
+            in_flight: None,
+            sent_before_connect: Vec::new(),
+            types: vec![StreamTypeState::default(); self.types.len()],
+            dirty_order: VecDeque::new(),
+        };
+        for (t, ts) in srv.types.iter().enumerate() {
+            if !ts.subscribed.is_empty() {
+                mark_dirty(&mut stream, t);
+            }
+        }
+        srv.stream = Some(stream);
+        self.actions.push_back(Action::StartStream {
+            server: ServerId(server),
+            config: srv.config.clone(),
+            stream: id,
+        });
+        self.pump(server);
+    }
+
+    /// Emits the next request of `server`'s stream if none is outstanding.
+    fn pump(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        let Some(stream) = &mut srv.stream else {
+            return;
+        };
+        if stream.in_flight.is_some() {
+            return;
+        }
+        let Some(t) = stream.dirty_order.pop_front() else {
+            return;
+        };
+        let ts = &mut stream.types[t];
+        ts.dirty = false;
+        ts.ever_sent = true;
+        let names: Vec<Arc<str>> = srv.types[t].subscribed.iter().cloned().collect();
+        let error_detail = ts.nack.take().map(|message| crate::pb::google::rpc::Status {
+            code: Code::INVALID_ARGUMENT.0,
+            message,
+            details: Vec::new(),
+        });
+        let request = discovery::DiscoveryRequest {
+            version_info: srv.types[t].version.clone(),
+            node: (!stream.sent_node).then(|| self.node.clone()),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            resource_locators: Vec::new(),
+            type_url: self.types[t].type_url().to_string(),
+            response_nonce: ts.nonce.clone(),
+            error_detail,
+        };
+        stream.sent_node = true;
+        stream.in_flight = Some(InFlight { type_idx: t, names });
+        self.actions.push_back(Action::SendRequest { stream: stream.id, request: Box::new(request) });
+    }
+
+    fn on_request_sent(&mut self, stream_id: StreamId, now: Instant) {
+        let Some(server) = self.server_of_stream(stream_id) else {
+            return;
+        };
+        let Some(stream) = self.servers[server].stream.as_mut() else {
+            return;
+        };
+        let Some(in_flight) = stream.in_flight.take() else {
+            return;
+        };
+        let t = in_flight.type_idx;
+        #[cfg(feature = "planted-bug")]
+        let connected = stream.connected || self.planted_bug;
+        #[cfg(not(feature = "planted-bug"))]
+        let connected = stream.connected;
+        if connected {
+            for name in &in_flight.names {
+                self.start_resource_timer(server, stream_id, t, name, now);
+            }
+        } else {
+            stream
+                .sent_before_connect
+                .extend(in_flight.names.into_iter().map(|n| (t, n)));
+        }
+        self.pump(server);
+    }
+
+    fn mark_connected(&mut self, server: usize, now: Instant) {
+        let Some(stream) = self.servers[server].stream.as_mut() else {
+            return;
+        };
+        if stream.connected {
+            return;
+        }
+        stream.connected = true;
+        let id = stream.id;
+        for (t, name) in std::mem::take(&mut stream.sent_before_connect) {
+            self.start_resource_timer(server, id, t, &name, now);
+        }
+    }
+
+    /// Starts the does-not-exist timer of a resource whose subscribing request was
+    /// sent on a connected stream, unless it is cached, already timed on this stream,
+    /// or has a server-reported error standing.
+    fn start_resource_timer(&mut self, server: usize, stream: StreamId, t: TypeIdx, name: &Arc<str>, now: Instant) {
+        let Some(entry) = self.resources[t].get_mut(name) else {
+            return;
+        };
+        if !self.authorities[entry.authority].in_use().contains(&server)
+            || entry.is_cached()
+            || entry.timed_out
+            || entry.nack.is_some()
+            || entry.server_error.is_some()
+            || entry.timer.is_some_and(|(_, s)| s == stream)
+        {
+            return;
+        }
+        entry.timer = Some((server, stream));
+        self.timers.set(
+            TimerKey::DoesNotExist(t, name.clone()),
+            now + self.config.resource_timeout,
+        );
+    }
+
+    fn on_resource_timer(&mut self, t: TypeIdx, name: &Arc<str>) {
+        let type_url = self.types[t].type_url();
+        let Some(entry) = self.resources[t].get_mut(name) else {
+            return;
+        };
+        if entry.is_cached() {
+            return;
+        }
+        let Some((server, _)) = entry.timer.take() else {
+            return;
+        };
+        let srv = &self.servers[server];
+        let timeout = self.config.resource_timeout;
+        let error = if srv.config.server_features.resource_timer_is_transient_error {
+            entry.timed_out = true;
+            XdsError {
+                kind: ErrorKind::Timeout,
+                status: Status::new(
+                    Code::UNAVAILABLE,
+                    format!(
+                        "timed out after {timeout:?} waiting for {} {name:?} from xDS server {:?}",
+                        short_type(type_url),
+                        srv.config.server_uri
+                    ),
+                ),
+            }
+        } else {
+            entry.does_not_exist = true;
+            does_not_exist_error(type_url, name, &format!(
+                "xDS server {:?} did not send it within {timeout:?}",
+                srv.config.server_uri
+            ))
+        };
+        entry.error = Some(error.clone());
+        notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Err(error)));
+    }
+
+    fn on_connectivity_failure(&mut self, server: usize, reason: String) {
+        let Some(srv) = self.servers.get_mut(server) else {
+            return;
+        };
+        if let Some(stream) = &mut srv.stream {
+            stream.connected = false;
+        }
+        let error = connectivity_error(&srv.config.server_uri, &reason);
+        self.report_connectivity_error(server, error);
+    }
+
+    fn on_stream_closed(&mut self, server: usize, status: Status, now: Instant) {
+        let Some(stream) = self.servers[server].stream.take() else {
+            return;
+        };
+        if stream.saw_response {
+            self.servers[server].backoff.reset();
+            self.cancel_resource_timers(server);
+            self.ensure_stream(server);
+            return;
+        }
+        let srv = &mut self.servers[server];
+        let reason = format!("ADS stream closed before any response: {status}");
+        let error = connectivity_error(&srv.config.server_uri, &reason);
+        let delay = srv.backoff.next_delay(&mut self.rng);
+        if srv.has_subscriptions() {
+            self.timers.set(TimerKey::Reconnect(server), now + delay);
+        }
+        self.report_connectivity_error(server, error);
+    }
+
+    /// Stops the does-not-exist timers of a server's resources (they never run while
+    /// it is disconnected) and lets them start again on the next stream.
+    fn cancel_resource_timers(&mut self, server: usize) {
+        for (t, table) in self.resources.iter_mut().enumerate() {
+            for entry in table.values_mut() {
+                if entry.timer.is_some_and(|(s, _)| s == server) {
+                    entry.timer = None;
+                    self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+                }
+            }
+        }
+    }
+
+    /// Records a connectivity failure of `server` and, for every authority it is the
+    /// active server of, falls back (A71) or reports the error to the watchers.
+    fn report_connectivity_error(&mut self, server: usize, error: XdsError) {
+        self.cancel_resource_timers(server);
+        self.servers[server].connectivity_error = Some(error.clone());
+        for a in 0..self.authorities.len() {
+            if self.authorities[a].active() != Some(server) || self.maybe_fallback(a) {
+                continue;
+            }
+            for (t, table) in self.resources.iter().enumerate() {
+                let type_url = self.types[t].type_url();
+                let mut entries: Vec<&ResourceEntry> =
+                    table.values().filter(|e| e.authority == a).collect();
+                entries.sort_by(|x, y| x.name.cmp(&y.name));
+                for entry in entries {
+                    let event = if entry.is_cached() {
+                        WatchEvent::AmbientError(error.clone())
+                    } else {
+                        WatchEvent::Changed(Err(error.clone()))
+                    };
+                    notify_all(&mut self.actions, entry, type_url, event);
+                }
+            }
+        }
+    }
+
+    /// Nothing is watched on `server` any more: close its stream and forget its state.
+    fn release_server(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        if let Some(stream) = srv.stream.take() {
+            self.actions.push_back(Action::CloseStream { stream: stream.id });
+        }
+        self.timers.cancel(&TimerKey::Reconnect(server));
+        srv.backoff.reset();
+        srv.connectivity_error = None;
+        for ts in &mut srv.types {
+            ts.version.clear();
+        }
+        self.actions.push_back(Action::DropChannel { server: ServerId(server) });
+    }
+
+    fn on_response(&mut self, stream_id: StreamId, bytes: Bytes, now: Instant) {
+        let Some(server) = self.server_of_stream(stream_id) else {
+            return;
+        };
+        let response = match discovery::DiscoveryResponse::decode(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                // Not a DiscoveryResponse at all: the stream is unusable, as gRPC treats a
+                // message it cannot parse.
+                self.actions.push_back(Action::CloseStream { stream: stream_id });
+                let status = Status::new(Code::INTERNAL, format!("failed to decode DiscoveryResponse: {e}"));
+                self.on_stream_closed(server, status, now);
+                return;
+            }
+        };
+        self.mark_connected(server, now);
+        let srv = &mut self.servers[server];
+        if let Some(stream) = srv.stream.as_mut() {
+            stream.saw_response = true;
+        }
+        self.set_healthy(server);
+        let Some(t) = self.type_index(&response.type_url) else {
+            return; // a type this client does not know: ignored, as gRPC does
+        };
+        let Some(stream) = self.servers[server].stream.as_mut() else {
+            return;
+        };
+        if !stream.types[t].ever_sent {
+            return; // never requested on this stream: an ACK would subscribe to a wildcard
+        }
+        stream.types[t].nonce = response.nonce.clone();
+        let outcome = self.apply_response(server, t, response, now);
+        let srv = &mut self.servers[server];
+        if let Some(stream) = srv.stream.as_mut() {
+            match outcome {
+                Ok(version) => {
+                    srv.types[t].version = version;
+                    stream.types[t].nack = None;
+                }
+                Err(detail) => stream.types[t].nack = Some(detail),
+            }
+            mark_dirty(stream, t);
+        }
+        self.pump(server);
+    }
+
+    /// Validates and applies one response. Returns the version to ACK, or the NACK's
+    /// error detail.
+    fn apply_response(
+        &mut self,
+        server: usize,
+        t: TypeIdx,
+        response: discovery::DiscoveryResponse,
+        now: Instant,
+    ) -> Result<String, String> {
+        let ty = self.types[t].clone();
+        let type_url = ty.type_url();
+        let version: Arc<str> = Arc::from(response.version_info.as_str());
+        let mut errors: Vec<String> = Vec::new();
+        let mut unnamed_error = false;
+        let mut valid: Vec<(String, ResourceValue, Bytes)> = Vec::new();
+        let mut invalid: Vec<(String, String)> = Vec::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+
+        for (i, any) in response.resources.into_iter().enumerate() {
+            match decode_one(ty.as_ref(), any) {
+                Ok((name, value, raw)) => {
+                    let name = canonical_name(name);
+                    if !seen.insert(name.clone()) {
+                        errors.push(format!("resource index {i}: {name}: duplicate resource name in response"));
+                        invalid.push((name, "duplicate resource name in response".to_string()));
+                    } else {
+                        valid.push((name, value, raw));
+                    }
+                }
+                Err(e) => {
+                    let label = e.name.as_deref().unwrap_or("<unknown name>");
+                    errors.push(format!("resource index {i}: {label}: {}", e.message));
+                    match e.name.map(canonical_name) {
+                        Some(name) => {
+                            seen.insert(name.clone());
+                            invalid.push((name, e.message));
+                        }
+                        None => unnamed_error = true,
+                    }
+                }
+            }
+        }
+        // A name both valid and invalid (a duplicate) is treated as invalid.
+        valid.retain(|(name, ..)| !invalid.iter().any(|(n, _)| n == name));
+
+        let mut server_errors: Vec<(String, Status)> = Vec::new();
+        for (j, re) in response.resource_errors.into_iter().enumerate() {
+            let name = canonical_name(re.resource_name.map(|n| n.name).unwrap_or_default());
+            let status = re.error_detail.map(|s| Status::new(Code(s.code), s.message));
+            if name.is_empty() {
+                errors.push(format!("resource_errors[{j}]: empty resource name"));
+                continue;
+            }
+            match status {
+                None => errors.push(format!("resource_errors[{j}]: {name}: missing error_detail")),
+                Some(s) if s.code == Code::OK => {
+                    errors.push(format!("resource_errors[{j}]: {name}: error_detail has status OK"))
+                }
+                Some(_) if valid.iter().any(|(n, ..)| *n == name) => errors.push(format!(
+                    "resource_errors[{j}]: {name}: resource is also present in resources"
+                )),
+                Some(s) => {
+                    seen.insert(name.clone());
+                    server_errors.push((name, s));
+                }
+            }
+        }
+
+        let features = self.servers[server].config.server_features;
+        let server_uri = self.servers[server].config.server_uri.clone();
+        let table = &mut self.resources[t];
+
+        for (name, value, raw) in valid {
+            let Some(entry) = table.get_mut(name.as_str()) else {
+                continue; // not subscribed: ignored
+            };
+            if self.authorities[entry.authority].active() != Some(server) {
+                continue; // served by another server of its authority (A71)
+            }
+            self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+            entry.nack = None;
+            entry.server_error = None;
+            entry.does_not_exist = false;
+            entry.timed_out = false;
+            entry.error = None;
+            let unchanged = entry
+                .cached
+                .as_ref()
+                .is_some_and(|c| c.raw == raw || c.value.equals(&value));
+            if unchanged {
+                if let Some(c) = entry.cached.as_mut() {
+                    c.version = version.clone();
+                    c.raw = raw;
+                }
+                continue;
+            }
+            entry.cached = Some(Cached { value: value.clone(), raw, version: version.clone(), updated: now });
+            notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Ok(value)));
+        }
+
+        for (name, message) in invalid {
+            let Some(entry) = table.get_mut(name.as_str()) else {
+                continue;
+            };
+            if self.authorities[entry.authority].active() != Some(server) {
+                continue; // served by another server of its authority (A71)
+            }
+            self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+            entry.nack = Some(UpdateFailure {
+                details: message.clone(),
+                version: response.version_info.clone(),
+                at: now,
+            });
+            let error = XdsError {
+                kind: ErrorKind::Invalid,
+                status: Status::new(
+                    Code::UNAVAILABLE,
+                    format!(
+                        "xDS server {server_uri:?} sent an invalid {} {name:?} (version {:?}): {message}",
+                        short_type(type_url),
+                        response.version_info
+                    ),
+                ),
+            };
+            entry.error = Some(error.clone());
+            let event = if entry.cached.is_some() {
+                WatchEvent::AmbientError(error)
+            } else {
+                WatchEvent::Changed(Err(error))
+            };
+            notify_all(&mut self.actions, entry, type_url, event);
+        }
+
+        for (name, status) in server_errors {
+            let Some(entry) = table.get_mut(name.as_str()) else {
+                continue;
+            };
+            if self.authorities[entry.authority].active() != Some(server) {
+                continue; // served by another server of its authority (A71)
+            }
+            self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+            entry.server_error = Some(UpdateFailure {
+                details: status.to_string(),
+                version: response.version_info.clone(),
+                at: now,
+            });
+            let data_error = status.code == Code::NOT_FOUND || status.code == Code::PERMISSION_DENIED;
+            let kind = if status.code == Code::NOT_FOUND {
+                ErrorKind::DoesNotExist
+            } else {
+                ErrorKind::ServerReported
+            };
+            let error = XdsError {
+                kind,
+                status: Status::new(
+                    status.code,
+                    format!(
+                        "xDS server {server_uri:?} reported an error for {} {name:?}: {}",
+                        short_type(type_url),
+                        status
+                    ),
+                ),
+            };
+            if data_error && features.fail_on_data_errors {
+                entry.cached = None;
+            }
+            if status.code == Code::NOT_FOUND && entry.cached.is_none() {
+                entry.does_not_exist = true;
+            }
+            entry.error = Some(error.clone());
+            let event = if entry.cached.is_some() {
+                WatchEvent::AmbientError(error)
+            } else {
+                WatchEvent::Changed(Err(error))
+            };
+            notify_all(&mut self.actions, entry, type_url, event);
+        }
+
+        if ty.all_resources_required_in_sotw() && !unnamed_error {
+            let subscribed: Vec<Arc<str>> = self.servers[server].types[t]
+                .subscribed
+                .iter()
+                .filter(|n| !seen.contains(&***n))
+                .cloned()
+                .collect();
+            for name in subscribed {
+                let Some(entry) = table.get_mut(&name) else {
+                    continue;
+                };
+                if self.authorities[entry.authority].active() != Some(server)
+                    || entry.cached.is_none()
+                    || entry.server_error.is_some()
+                {
+                    continue; // uncached: the timer decides; TP3 error: counts as present
+                }
+                if features.fail_on_data_errors {
+                    entry.cached = None;
+                    entry.nack = None;
+                    entry.does_not_exist = true;
+                    let error = does_not_exist_error(
+                        type_url,
+                        &name,
+                        &format!("xDS server {server_uri:?} removed it (fail_on_data_errors)"),
+                    );
+                    entry.error = Some(error.clone());
+                    notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Err(error)));
+                } else if !entry
+                    .error
+                    .as_ref()
+                    .is_some_and(|e| e.kind == ErrorKind::DeletionIgnored)
+                {
+                    let error = XdsError {
+                        kind: ErrorKind::DeletionIgnored,
+                        status: Status::new(
+                            Code::NOT_FOUND,
+                            format!(
+                                "xDS server {server_uri:?} no longer sends {} {name:?}; keeping the cached value",
+                                short_type(type_url)
+                            ),
+                        ),
+                    };
+                    entry.error = Some(error.clone());
+                    notify_all(&mut self.actions, entry, type_url, WatchEvent::AmbientError(error));
+                }
+            }
+        }
+
+        if errors.is_empty() {
+            Ok(response.version_info)
+        } else {
+            Err(nack_detail(&errors))
+        }
+    }
+}
+
+/// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
+fn decode_one(
+    ty: &dyn ErasedResourceType,
+    any: crate::pb::google::protobuf::Any,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    let any = if any.type_url == resource::type_url::RESOURCE_WRAPPER {
+        let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
+            resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
+        })?;
+        let name = (!wrapper.name.is_empty()).then_some(wrapper.name);
+        wrapper.resource.ok_or_else(|| resource::DecodeError {
+            name,
+            message: "Resource wrapper has no resource".to_string(),
+        })?
+    } else {
+        any
+    };
+    if any.type_url != ty.type_url() {
+        return Err(resource::DecodeError::unnamed(format!(
+            "type URL {:?} does not match the response's {:?}",
+            any.type_url,
+            ty.type_url()
+        )));
+    }
+    let (name, value) = ty.decode_erased(&any.value)?;
+    Ok((name, value, any.value))
+}
+
+/// The canonical spelling of a name a server sent (xdstp context parameters sorted).
+fn canonical_name(name: String) -> String {
+    if !name.starts_with("xdstp:") {
+        return name;
+    }
+    match names::canonicalize(&name) {
+        Ok(std::borrow::Cow::Owned(canonical)) => canonical,
+        _ => name,
+    }
+}
+
+/// Joins NACK reasons, keeping the result under [`MAX_NACK_DETAIL_BYTES`].
+fn nack_detail(errors: &[String]) -> String {
+    let mut out = String::new();
+    for (i, e) in errors.iter().enumerate() {
+        let sep = if out.is_empty() { "" } else { "; " };
+        let remaining = errors.len() - i;
+        let tail = format!("; ... and {remaining} more errors");
+        if out.len() + sep.len() + e.len() + tail.len() > MAX_NACK_DETAIL_BYTES {
+            if out.is_empty() {
+                let mut cut = MAX_NACK_DETAIL_BYTES - tail.len();
+                while !e.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                out.push_str(&e[..cut]);
+                if remaining > 1 {
+                    out.push_str(&format!("; ... and {} more errors", remaining - 1));
+                }
+            } else {
+                out.push_str(&tail);
+            }
+            return out;
+        }
+        out.push_str(sep);
+        out.push_str(e);
+    }
+    out
+}
+
+fn mark_dirty(stream: &mut StreamState, t: TypeIdx) {
+    let ts = &mut stream.types[t];
+    if !ts.dirty {
+        ts.dirty = true;
+        stream.dirty_order.push_back(t);
+    }
+}
+
+fn notify_all(actions: &mut VecDeque<Action>, entry: &ResourceEntry, type_url: &'static str, event: WatchEvent) {
+    for w in &entry.watchers {
+        actions.push_back(Action::Notify(Notification {
+            watcher: *w,
+            type_url,
+            name: entry.name.clone(),
+            event: event.clone(),
+        }));
+    }
+}
+
+/// What a new watcher of an existing resource is told at once.
+fn initial_events(entry: &ResourceEntry, connectivity: Option<&XdsError>) -> Vec<WatchEvent> {
+    let mut events = Vec::new();
+    if let Some(c) = &entry.cached {
+        events.push(WatchEvent::Changed(Ok(c.value.clone())));
+        if let Some(e) = entry.error.as_ref().or(connectivity) {
+            events.push(WatchEvent::AmbientError(e.clone()));
+        }
+    } else if let Some(e) = &entry.error {
+        events.push(WatchEvent::Changed(Err(e.clone())));
+        if let Some(c) = connectivity.filter(|_| entry.does_not_exist) {
+            events.push(WatchEvent::AmbientError(c.clone()));
+        }
+    } else if let Some(c) = connectivity {
+        events.push(WatchEvent::Changed(Err(c.clone())));
+    }
+    events
+}
+
+fn connectivity_error(server_uri: &str, reason: &str) -> XdsError {
+    XdsError {
+        kind: ErrorKind::Connectivity,
+        status: Status::new(Code::UNAVAILABLE, format!("xDS channel for server {server_uri:?}: {reason}")),
+    }
+}
+
+fn does_not_exist_error(type_url: &str, name: &str, why: &str) -> XdsError {
+    XdsError {
+        kind: ErrorKind::DoesNotExist,
+        status: Status::new(
+            Code::NOT_FOUND,
+            format!("{} {name:?} does not exist: {why}", short_type(type_url)),
+        ),
+    }
+}
+
+/// `type.googleapis.com/envoy.config.listener.v3.Listener` → `Listener`.
+fn short_type(type_url: &str) -> &str {
+    type_url.rsplit(['.', '/']).next().unwrap_or(type_url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nack_detail_stays_under_the_limit_and_counts_what_it_drops() {
+        let errors: Vec<String> = (0..500).map(|i| format!("resource index {i}: r{i}: {}", "x".repeat(40))).collect();
+        let detail = nack_detail(&errors);
+        assert!(detail.len() <= MAX_NACK_DETAIL_BYTES, "{}", detail.len());
+        assert!(detail.starts_with("resource index 0: r0: "));
+        let kept = detail.matches("resource index").count();
+        assert!(detail.ends_with(&format!("; ... and {} more errors", 500 - kept)), "{detail}");
+        let huge = vec!["é".repeat(10_000), "second".to_string()];
+        let detail = nack_detail(&huge);
+        assert!(detail.len() <= MAX_NACK_DETAIL_BYTES);
+        assert!(detail.ends_with("; ... and 1 more errors"));
+        assert_eq!(nack_detail(&["a".into(), "b".into()]), "a; b");
+    }
+
+    #[test]
+    fn timer_table_orders_deadlines_and_replaces_keys() {
+        let mut t = TimerTable::default();
+        t.set(TimerKey::Reconnect(1), Instant::from_secs(5));
+        t.set(TimerKey::Reconnect(2), Instant::from_secs(3));
+        t.set(TimerKey::Reconnect(1), Instant::from_secs(1));
+        assert_eq!(t.next_deadline(), Some(Instant::from_secs(1)));
+        assert_eq!(t.pop_expired(Instant::from_secs(2)), Some(TimerKey::Reconnect(1)));
+        assert_eq!(t.pop_expired(Instant::from_secs(2)), None);
+        t.cancel(&TimerKey::Reconnect(2));
+        assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn code_names() {
+        assert_eq!(Code::UNAVAILABLE.name(), "UNAVAILABLE");
+        assert_eq!(Code(42).name(), "CODE(42)");
+        assert_eq!(short_type(resource::type_url::CLUSTER), "Cluster");
+    }
+}
