@@ -789,6 +789,63 @@ fn missing_lds_resource_is_dropped_under_fail_on_data_errors() {
 }
 
 #[test]
+fn ignore_resource_deletion_wins_over_fail_on_data_errors() {
+    let json = ONE_SERVER_BOOTSTRAP.replace(
+        r#""channel_creds": [{"type": "insecure"}]"#,
+        r#""channel_creds": [{"type": "insecure"}], "server_features": ["fail_on_data_errors", "ignore_resource_deletion"]"#,
+    );
+    let mut h = Harness::with_bootstrap(&json, |_| {});
+    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[1]);
+    assert_eq!(ambient_error(&n).kind, ErrorKind::DeletionIgnored);
+    assert!(h.client.resource_snapshot().iter().all(|r| r.value.is_some()));
+}
+
+#[test]
+fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
+    use xds_proto_core::{DecodeError, XdsResourceType};
+    /// `google.protobuf.StringValue` resources named by their own value's prefix.
+    struct Greeting;
+    impl XdsResourceType for Greeting {
+        type Value = String;
+        fn type_url(&self) -> &'static str {
+            "type.googleapis.com/google.protobuf.StringValue"
+        }
+        fn all_resources_required_in_sotw(&self) -> bool {
+            false
+        }
+        fn decode(&self, bytes: &[u8]) -> Result<(String, String), DecodeError> {
+            use prost::Message;
+            let v = xds_proto_core::pb::google::protobuf::StringValue::decode(bytes)
+                .map_err(|e| DecodeError::unnamed(e.to_string()))?;
+            let (name, text) = v.value.split_once('=').ok_or_else(|| DecodeError::unnamed("no '='"))?;
+            if text.is_empty() {
+                return Err(DecodeError::named(name, "empty greeting"));
+            }
+            Ok((name.to_string(), text.to_string()))
+        }
+    }
+    const URL: &str = "type.googleapis.com/google.protobuf.StringValue";
+    let mut h = Harness::new();
+    h.client.register_type(Greeting).unwrap();
+    assert!(h.client.register_type(Greeting).is_err());
+    let w = h.watch(URL, "hello");
+    let s = h.connect_first(URL, &["hello"]);
+    let greeting = |v: &str| any(URL, &xds_proto_core::pb::google::protobuf::StringValue { value: v.to_string() });
+    h.respond(s, URL, "1", "a", vec![greeting("hello=world")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    assert_eq!(value_of(&n).downcast_ref::<String>().map(String::as_str), Some("world"));
+    assert_eq!(h.expect_request(s), Req::new(URL, &["hello"], "1", "a"));
+    h.sent(s);
+    h.respond(s, URL, "2", "b", vec![greeting("hello=")]);
+    assert_eq!(ambient_error(&h.expect_notify()).kind, ErrorKind::Invalid);
+    assert_eq!(h.expect_request(s).error.as_deref(), Some("resource index 0: hello: empty greeting"));
+}
+
+#[test]
 fn missing_rds_and_eds_resources_are_not_deletions() {
     let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
     h.watch(RDS, "r1");
