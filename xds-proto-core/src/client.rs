@@ -1563,7 +1563,9 @@ impl XdsClient {
                 {
                     continue; // uncached: the timer decides; TP3 error: counts as present
                 }
-                if features.fail_on_data_errors {
+                // A88: deletions drop the resource only under fail_on_data_errors, and
+                // never when the server also says ignore_resource_deletion (A53).
+                if features.fail_on_data_errors && !features.ignore_resource_deletion {
                     entry.cached = None;
                     entry.nack = None;
                     entry.does_not_exist = true;
