@@ -506,6 +506,9 @@ struct ServerTypeState {
     version: String,
     /// The names subscribed on this server.
     subscribed: BTreeSet<Arc<str>>,
+    /// The names of the last response's resources by position (`None` where one was
+    /// rejected), to recognise unchanged resources of a SotW resend without decoding.
+    last_names: Vec<Option<Arc<str>>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -900,6 +903,14 @@ impl XdsClient {
     }
 
     // ----- internals -----
+
+    /// The cache's shared copy of a name, or a new one for a name not watched.
+    fn intern(&self, t: TypeIdx, name: String) -> Arc<str> {
+        match self.resources[t].get_key_value(name.as_str()) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(name),
+        }
+    }
 
     fn type_index(&self, type_url: &str) -> Option<TypeIdx> {
         self.types.iter().position(|t| t.type_url() == type_url)
@@ -1382,19 +1393,41 @@ impl XdsClient {
         let version: Arc<str> = Arc::from(response.version_info.as_str());
         let mut errors: Vec<String> = Vec::new();
         let mut unnamed_error = false;
-        let mut valid: Vec<(String, ResourceValue, Bytes)> = Vec::new();
-        let mut invalid: Vec<(String, String)> = Vec::new();
-        let mut seen: BTreeSet<String> = BTreeSet::new();
+        // Every named resource of the response in order, and where each name sits.
+        let count = response.resources.len();
+        let mut items: Vec<(Arc<str>, Outcome)> = Vec::with_capacity(count);
+        let mut index: HashMap<Arc<str>, usize> = HashMap::with_capacity(count);
+        let last_names = std::mem::take(&mut self.servers[server].types[t].last_names);
+        let mut order: Vec<Option<Arc<str>>> = Vec::with_capacity(count);
 
         for (i, any) in response.resources.into_iter().enumerate() {
+            // SotW resends: the same bytes at the same position as in the last response
+            // are the cached resource, unchanged; no decode needed.
+            if let Some(Some(name)) = last_names.get(i) {
+                let same = any.type_url == type_url
+                    && !index.contains_key(name)
+                    && self.resources[t]
+                        .get(&**name)
+                        .and_then(|e| e.cached.as_ref())
+                        .is_some_and(|c| c.raw == any.value);
+                if same {
+                    index.insert(name.clone(), items.len());
+                    items.push((name.clone(), Outcome::Unchanged));
+                    order.push(Some(name.clone()));
+                    continue;
+                }
+            }
             match decode_one(ty.as_ref(), any) {
                 Ok((name, value, raw)) => {
-                    let name = canonical_name(name);
-                    if !seen.insert(name.clone()) {
+                    let name = self.intern(t, canonical_name(name));
+                    if let Some(&k) = index.get(&name) {
                         errors.push(format!("resource index {i}: {name}: duplicate resource name in response"));
-                        invalid.push((name, "duplicate resource name in response".to_string()));
+                        items[k].1 = Outcome::Invalid("duplicate resource name in response".to_string());
+                        order.push(None);
                     } else {
-                        valid.push((name, value, raw));
+                        index.insert(name.clone(), items.len());
+                        items.push((name.clone(), Outcome::Changed(value, raw)));
+                        order.push(Some(name));
                     }
                 }
                 Err(e) => {
@@ -1402,18 +1435,24 @@ impl XdsClient {
                     errors.push(format!("resource index {i}: {label}: {}", e.message));
                     match e.name.map(canonical_name) {
                         Some(name) => {
-                            seen.insert(name.clone());
-                            invalid.push((name, e.message));
+                            let name = self.intern(t, name);
+                            match index.get(&name) {
+                                Some(&k) => items[k].1 = Outcome::Invalid(e.message),
+                                None => {
+                                    index.insert(name.clone(), items.len());
+                                    items.push((name, Outcome::Invalid(e.message)));
+                                }
+                            }
                         }
                         None => unnamed_error = true,
                     }
+                    order.push(None);
                 }
             }
         }
-        // A name both valid and invalid (a duplicate) is treated as invalid.
-        valid.retain(|(name, ..)| !invalid.iter().any(|(n, _)| n == name));
+        self.servers[server].types[t].last_names = order;
 
-        let mut server_errors: Vec<(String, Status)> = Vec::new();
+        let mut server_errors: Vec<(Arc<str>, Status)> = Vec::new();
         for (j, re) in response.resource_errors.into_iter().enumerate() {
             let name = canonical_name(re.resource_name.map(|n| n.name).unwrap_or_default());
             let status = re.error_detail.map(|s| Status::new(Code(s.code), s.message));
@@ -1421,18 +1460,18 @@ impl XdsClient {
                 errors.push(format!("resource_errors[{j}]: empty resource name"));
                 continue;
             }
+            let present = index
+                .get(name.as_str())
+                .is_some_and(|&k| !matches!(items[k].1, Outcome::Invalid(_)));
             match status {
                 None => errors.push(format!("resource_errors[{j}]: {name}: missing error_detail")),
                 Some(s) if s.code == Code::OK => {
                     errors.push(format!("resource_errors[{j}]: {name}: error_detail has status OK"))
                 }
-                Some(_) if valid.iter().any(|(n, ..)| *n == name) => errors.push(format!(
+                Some(_) if present => errors.push(format!(
                     "resource_errors[{j}]: {name}: resource is also present in resources"
                 )),
-                Some(s) => {
-                    seen.insert(name.clone());
-                    server_errors.push((name, s));
-                }
+                Some(s) => server_errors.push((self.intern(t, name), s)),
             }
         }
 
@@ -1440,75 +1479,87 @@ impl XdsClient {
         let server_uri = self.servers[server].config.server_uri.clone();
         let table = &mut self.resources[t];
 
-        for (name, value, raw) in valid {
-            let Some(entry) = table.get_mut(name.as_str()) else {
+        for (name, outcome) in items {
+            let Some(entry) = table.get_mut(&*name) else {
                 continue; // not subscribed: ignored
             };
             if self.authorities[entry.authority].active() != Some(server) {
                 continue; // served by another server of its authority (A71)
             }
-            self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+            if entry.timer.take().is_some() {
+                self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+            }
+            let (value, raw) = match outcome {
+                Outcome::Invalid(message) => {
+                    entry.nack = Some(UpdateFailure {
+                        details: message.clone(),
+                        version: response.version_info.clone(),
+                        at: now,
+                    });
+                    let error = XdsError {
+                        kind: ErrorKind::Invalid,
+                        status: Status::new(
+                            Code::UNAVAILABLE,
+                            format!(
+                                "xDS server {server_uri:?} sent an invalid {} {name:?} (version {:?}): {message}",
+                                short_type(type_url),
+                                response.version_info
+                            ),
+                        ),
+                    };
+                    entry.error = Some(error.clone());
+                    let event = if entry.cached.is_some() {
+                        WatchEvent::AmbientError(error)
+                    } else {
+                        WatchEvent::Changed(Err(error))
+                    };
+                    notify_all(&mut self.actions, entry, type_url, event);
+                    continue;
+                }
+                Outcome::Unchanged => (None, None),
+                Outcome::Changed(value, raw) => (Some(value), Some(raw)),
+            };
             entry.nack = None;
             entry.server_error = None;
             entry.does_not_exist = false;
             entry.timed_out = false;
             entry.error = None;
-            let unchanged = entry
-                .cached
-                .as_ref()
-                .is_some_and(|c| c.raw == raw || c.value.equals(&value));
-            if unchanged {
+            let (Some(value), Some(raw)) = (value, raw) else {
                 if let Some(c) = entry.cached.as_mut() {
                     c.version = version.clone();
-                    c.raw = raw;
                 }
                 continue;
+            };
+            if let Some(c) = entry.cached.as_mut() {
+                if c.raw == raw || c.value.equals(&value) {
+                    // Unchanged: no notification. Keep the newest bytes for CSDS, copied so
+                    // that the response buffer is not kept alive by one resource.
+                    if c.raw != raw {
+                        c.raw = Bytes::copy_from_slice(&raw);
+                    }
+                    c.version = version.clone();
+                    continue;
+                }
             }
-            entry.cached = Some(Cached { value: value.clone(), raw, version: version.clone(), updated: now });
+            entry.cached = Some(Cached {
+                value: value.clone(),
+                raw: Bytes::copy_from_slice(&raw),
+                version: version.clone(),
+                updated: now,
+            });
             notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Ok(value)));
         }
 
-        for (name, message) in invalid {
-            let Some(entry) = table.get_mut(name.as_str()) else {
+        for (name, status) in &server_errors {
+            let Some(entry) = table.get_mut(&**name) else {
                 continue;
             };
             if self.authorities[entry.authority].active() != Some(server) {
                 continue; // served by another server of its authority (A71)
             }
-            self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
-            entry.nack = Some(UpdateFailure {
-                details: message.clone(),
-                version: response.version_info.clone(),
-                at: now,
-            });
-            let error = XdsError {
-                kind: ErrorKind::Invalid,
-                status: Status::new(
-                    Code::UNAVAILABLE,
-                    format!(
-                        "xDS server {server_uri:?} sent an invalid {} {name:?} (version {:?}): {message}",
-                        short_type(type_url),
-                        response.version_info
-                    ),
-                ),
-            };
-            entry.error = Some(error.clone());
-            let event = if entry.cached.is_some() {
-                WatchEvent::AmbientError(error)
-            } else {
-                WatchEvent::Changed(Err(error))
-            };
-            notify_all(&mut self.actions, entry, type_url, event);
-        }
-
-        for (name, status) in server_errors {
-            let Some(entry) = table.get_mut(name.as_str()) else {
-                continue;
-            };
-            if self.authorities[entry.authority].active() != Some(server) {
-                continue; // served by another server of its authority (A71)
+            if entry.timer.take().is_some() {
+                self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
             }
-            self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
             entry.server_error = Some(UpdateFailure {
                 details: status.to_string(),
                 version: response.version_info.clone(),
@@ -1550,7 +1601,7 @@ impl XdsClient {
             let subscribed: Vec<Arc<str>> = self.servers[server].types[t]
                 .subscribed
                 .iter()
-                .filter(|n| !seen.contains(&***n))
+                .filter(|n| !index.contains_key(*n) && !server_errors.iter().any(|(e, _)| e == *n))
                 .cloned()
                 .collect();
             for name in subscribed {
@@ -1603,6 +1654,16 @@ impl XdsClient {
             Err(nack_detail(&errors))
         }
     }
+}
+
+/// What a response says about one named resource.
+enum Outcome {
+    /// The same bytes as cached (found without decoding).
+    Unchanged,
+    /// Decoded and valid; may still equal the cached value.
+    Changed(ResourceValue, Bytes),
+    /// Rejected, with the reason.
+    Invalid(String),
 }
 
 /// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.

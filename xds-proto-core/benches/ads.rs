@@ -1,0 +1,411 @@
+//! ADS response processing cost against its floors, measured in the same run so that
+//! the results are ratios independent of the machine (issue 7).
+//!
+//! Floors:
+//! - A: decode the `DiscoveryResponse` envelope only;
+//! - B: A + a full prost decode of every resource into its complete Envoy message;
+//! - C: A + compare each resource's bytes with a cached copy.
+//!
+//! Workloads (fixtures generated here, shaped like an Istio mesh):
+//! - W1: CDS SotW, 10,000 clusters (~700 bytes each: TLS transport socket, circuit
+//!   breakers, metadata), first delivery to 10,000 watchers: decode, validate, cache,
+//!   ACK, notify;
+//! - W2: the same response again with one cluster changed: one notification, one ACK;
+//! - W3: EDS, 1,000 resources × 100 endpoints, and one resource with 100,000 endpoints;
+//! - W5: reconnect with 10,000 cached clusters: the resubscription is built and the new
+//!   stream's identical response is applied with zero notifications.
+//!
+//! Before measuring, a counting allocator reports the bytes a cached cluster's
+//! validated form takes beyond its raw bytes.
+//!
+//! Run: `cargo bench -p xds-proto-core --bench ads`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use prost::Message;
+use xds_proto_core::pb::envoy::config::cluster::v3 as cluster;
+use xds_proto_core::pb::envoy::config::core::v3 as core;
+use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint;
+use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
+use xds_proto_core::resource::type_url;
+use xds_proto_core::{Action, Bootstrap, ClientConfig, Code, Event, Instant, Status, StreamId, XdsClient};
+
+struct CountingAlloc;
+
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+const BOOTSTRAP: &str = r#"{"xds_servers": [{"server_uri": "istiod:15010", "channel_creds": [{"type": "insecure"}]}],
+  "node": {"id": "sidecar~10.0.0.1~bench.default~default.svc.cluster.local"}}"#;
+
+fn ads() -> core::ConfigSource {
+    core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(core::AggregatedConfigSource {})),
+        resource_api_version: core::ApiVersion::V3 as i32,
+        ..Default::default()
+    }
+}
+
+fn string_value(s: &str) -> pbuf::Value {
+    pbuf::Value { kind: Some(pbuf::value::Kind::StringValue(s.to_string())) }
+}
+
+fn cluster_name(i: usize) -> String {
+    format!("outbound|8080||svc-{i}.ns-{}.svc.cluster.local", i % 50)
+}
+
+/// An Istio-like outbound cluster: EDS over ADS, mTLS transport socket, circuit
+/// breakers and Istio metadata. `generation` changes its max_requests.
+fn istio_cluster(i: usize, generation: u32) -> cluster::Cluster {
+    let name = cluster_name(i);
+    let host = format!("svc-{i}.ns-{}.svc.cluster.local", i % 50);
+    let upstream_tls = tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
+            tls_certificate_sds_secret_configs: vec![tls::SdsSecretConfig {
+                name: "default".into(),
+                sds_config: Some(ads()),
+            }],
+            ..Default::default()
+        }),
+        sni: format!("outbound_.8080_._.{host}"),
+        ..Default::default()
+    };
+    let mut metadata_fields = std::collections::HashMap::new();
+    metadata_fields.insert("default_original_port".to_string(), pbuf::Value {
+        kind: Some(pbuf::value::Kind::NumberValue(8080.0)),
+    });
+    metadata_fields.insert("services".to_string(), pbuf::Value {
+        kind: Some(pbuf::value::Kind::ListValue(pbuf::ListValue {
+            values: vec![pbuf::Value {
+                kind: Some(pbuf::value::Kind::StructValue(pbuf::Struct {
+                    fields: [
+                        ("host".to_string(), string_value(&host)),
+                        ("name".to_string(), string_value(&format!("svc-{i}"))),
+                        ("namespace".to_string(), string_value(&format!("ns-{}", i % 50))),
+                    ]
+                    .into_iter()
+                    .collect(),
+                })),
+            }],
+        })),
+    });
+    cluster::Cluster {
+        name: name.clone(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig { eds_config: Some(ads()), service_name: name }),
+        connect_timeout: Some(pbuf::Duration { seconds: 10, nanos: 0 }),
+        lb_policy: cluster::cluster::LbPolicy::RoundRobin as i32,
+        circuit_breakers: Some(cluster::CircuitBreakers {
+            thresholds: vec![cluster::circuit_breakers::Thresholds {
+                max_connections: Some(pbuf::UInt32Value { value: u32::MAX }),
+                max_pending_requests: Some(pbuf::UInt32Value { value: u32::MAX }),
+                max_requests: Some(pbuf::UInt32Value { value: 1024 + generation }),
+                max_retries: Some(pbuf::UInt32Value { value: u32::MAX }),
+                track_remaining: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        transport_socket: Some(core::TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(core::transport_socket::ConfigType::TypedConfig(Any {
+                type_url: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext".into(),
+                value: upstream_tls.encode_to_vec().into(),
+            })),
+        }),
+        metadata: Some(core::Metadata {
+            filter_metadata: [("istio".to_string(), pbuf::Struct { fields: metadata_fields })].into_iter().collect(),
+            ..Default::default()
+        }),
+        common_lb_config: Some(cluster::cluster::CommonLbConfig {
+            healthy_panic_threshold: Some(xds_proto_core::pb::envoy::r#type::v3::Percent { value: 0.0 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn endpoints(name: &str, count: usize, generation: u32) -> endpoint::ClusterLoadAssignment {
+    let per_locality = 25.max(count / 40);
+    let lb_endpoints: Vec<endpoint::LbEndpoint> = (0..count)
+        .map(|j| endpoint::LbEndpoint {
+            host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(endpoint::Endpoint {
+                address: Some(core::Address {
+                    address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                        address: format!("10.{}.{}.{}", (j >> 16) & 255, (j >> 8) & 255, j & 255),
+                        port_specifier: Some(core::socket_address::PortSpecifier::PortValue(8080 + generation)),
+                        ..Default::default()
+                    })),
+                }),
+                ..Default::default()
+            })),
+            health_status: core::HealthStatus::Healthy as i32,
+            load_balancing_weight: Some(pbuf::UInt32Value { value: 1 }),
+            ..Default::default()
+        })
+        .collect();
+    endpoint::ClusterLoadAssignment {
+        cluster_name: name.to_string(),
+        endpoints: lb_endpoints
+            .chunks(per_locality)
+            .enumerate()
+            .map(|(k, chunk)| endpoint::LocalityLbEndpoints {
+                locality: Some(core::Locality {
+                    region: "us-central1".into(),
+                    zone: format!("us-central1-{}", (b'a' + (k % 3) as u8) as char),
+                    sub_zone: format!("rack-{k}"),
+                }),
+                lb_endpoints: chunk.to_vec(),
+                load_balancing_weight: Some(pbuf::UInt32Value { value: 100 }),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn response(url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> Bytes {
+    DiscoveryResponse {
+        version_info: version.into(),
+        resources,
+        type_url: url.into(),
+        nonce: nonce.into(),
+        ..Default::default()
+    }
+    .encode_to_vec()
+    .into()
+}
+
+fn any_of(url: &str, m: &impl Message) -> Any {
+    Any { type_url: url.into(), value: m.encode_to_vec().into() }
+}
+
+/// A client watching `names` of `url`, on a connected stream with the subscription sent.
+fn subscribed_client(url: &str, names: &[String]) -> (XdsClient, StreamId) {
+    let mut client = XdsClient::new(ClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()), 1);
+    for n in names {
+        client.watch(url, n, Instant::ZERO).unwrap();
+    }
+    let mut stream = None;
+    while let Some(a) = client.poll_action() {
+        if let Action::StartStream { stream: s, .. } = a {
+            stream = Some(s);
+        }
+    }
+    let stream = stream.unwrap();
+    client.handle_event(Instant::ZERO, Event::StreamStarted { stream });
+    // Report every queued request sent, so that none is outstanding.
+    loop {
+        client.handle_event(Instant::ZERO, Event::RequestSent { stream });
+        let mut sent = false;
+        while let Some(a) = client.poll_action() {
+            sent |= matches!(a, Action::SendRequest { .. });
+        }
+        if !sent {
+            break;
+        }
+    }
+    (client, stream)
+}
+
+/// Delivers a response and drains the actions; returns (notifications, requests).
+fn deliver(client: &mut XdsClient, stream: StreamId, bytes: &Bytes) -> (usize, usize) {
+    client.handle_event(Instant::ZERO, Event::ResponseReceived { stream, bytes: bytes.clone() });
+    let (mut notes, mut reqs) = (0, 0);
+    while let Some(a) = client.poll_action() {
+        match a {
+            Action::Notify(_) => notes += 1,
+            Action::SendRequest { .. } => reqs += 1,
+            _ => {}
+        }
+    }
+    client.handle_event(Instant::ZERO, Event::RequestSent { stream });
+    (notes, reqs)
+}
+
+fn floor_a(bytes: &Bytes) -> usize {
+    DiscoveryResponse::decode(bytes.clone()).unwrap().resources.len()
+}
+
+fn floor_b<M: Message + Default>(bytes: &Bytes) -> usize {
+    let r = DiscoveryResponse::decode(bytes.clone()).unwrap();
+    let mut n = 0;
+    for any in r.resources {
+        let m = M::decode(any.value).unwrap();
+        black_box(&m);
+        n += 1;
+    }
+    n
+}
+
+fn floor_c(bytes: &Bytes, cached: &[Bytes]) -> usize {
+    let r = DiscoveryResponse::decode(bytes.clone()).unwrap();
+    r.resources.iter().zip(cached).filter(|(any, c)| any.value == **c).count()
+}
+
+/// Heap bytes per cached cluster beyond its raw bytes: the growth of a client's heap
+/// from "1,000 clusters watched" to "1,000 clusters cached", less the raw bytes.
+fn report_cluster_memory() {
+    let n = 1000;
+    let names: Vec<String> = (0..n).map(cluster_name).collect();
+    let resources: Vec<Any> = (0..n).map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0))).collect();
+    let raw_per_cluster = resources.iter().map(|a| a.value.len()).sum::<usize>() as f64 / n as f64;
+    let bytes = response(type_url::CLUSTER, "1", "n1", resources);
+    let response_len = bytes.len() as i64;
+    let (mut client, stream) = subscribed_client(type_url::CLUSTER, &names);
+    let watched = LIVE_BYTES.load(Ordering::Relaxed);
+    deliver(&mut client, stream, &bytes);
+    drop(bytes); // freed here but allocated before `watched`: added back below
+    while client.poll_action().is_some() {}
+    let cached = LIVE_BYTES.load(Ordering::Relaxed) + response_len;
+    let per_cluster = (cached - watched) as f64 / n as f64;
+    println!(
+        "memory: caching a cluster grows the heap by {per_cluster:.0} bytes; its raw bytes are \
+         {raw_per_cluster:.0}; the validated form and bookkeeping take {:.0} bytes beyond them",
+        per_cluster - raw_per_cluster
+    );
+    black_box(client);
+}
+
+fn bench(c: &mut Criterion) {
+    report_cluster_memory();
+
+    // ----- W1 / W2: CDS, 10,000 clusters -----
+    let n = 10_000;
+    let names: Vec<String> = (0..n).map(cluster_name).collect();
+    let v1: Vec<Any> = (0..n).map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0))).collect();
+    let mean = v1.iter().map(|a| a.value.len()).sum::<usize>() / n;
+    println!("W1 fixture: {n} clusters, {mean} bytes each on average");
+    let cached: Vec<Bytes> = v1.iter().map(|a| a.value.clone()).collect();
+    let w1 = response(type_url::CLUSTER, "1", "n1", v1.clone());
+    let mut changed_a = v1.clone();
+    changed_a[n / 2] = any_of(type_url::CLUSTER, &istio_cluster(n / 2, 7));
+    let w2a = response(type_url::CLUSTER, "2", "n2", changed_a);
+    let w2b = response(type_url::CLUSTER, "3", "n3", v1);
+
+    let mut g = c.benchmark_group("cds_10k");
+    g.sample_size(10).measurement_time(Duration::from_secs(8));
+    g.bench_function("floor_A_envelope", |b| b.iter(|| floor_a(&w1)));
+    g.bench_function("floor_B_full_decode", |b| b.iter(|| floor_b::<cluster::Cluster>(&w1)));
+    g.bench_function("floor_C_compare_bytes", |b| b.iter(|| floor_c(&w1, &cached)));
+    g.bench_function("W1_first_delivery", |b| {
+        b.iter_batched(
+            || subscribed_client(type_url::CLUSTER, &names),
+            |(mut client, stream)| {
+                let (notes, reqs) = deliver(&mut client, stream, &w1);
+                assert_eq!((notes, reqs), (n, 1));
+                client
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let (mut client, stream) = subscribed_client(type_url::CLUSTER, &names);
+    deliver(&mut client, stream, &w1);
+    let mut flip = false;
+    g.bench_function("W2_one_changed", |b| {
+        b.iter(|| {
+            flip = !flip;
+            let (notes, reqs) = deliver(&mut client, stream, if flip { &w2a } else { &w2b });
+            assert_eq!((notes, reqs), (1, 1));
+        })
+    });
+    g.bench_function("W5_reconnect_identical", |b| {
+        b.iter(|| {
+            let current = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
+            client.handle_event(Instant::ZERO, Event::StreamClosed { stream: current, status: Status::new(Code::UNAVAILABLE, "goaway") });
+            let mut new_stream = None;
+            let mut names_sent = 0;
+            while let Some(a) = client.poll_action() {
+                match a {
+                    Action::StartStream { stream, .. } => new_stream = Some(stream),
+                    Action::SendRequest { request, .. } => names_sent = request.resource_names.len(),
+                    _ => {}
+                }
+            }
+            assert_eq!(names_sent, n);
+            let s = new_stream.unwrap();
+            client.handle_event(Instant::ZERO, Event::StreamStarted { stream: s });
+            client.handle_event(Instant::ZERO, Event::RequestSent { stream: s });
+            let (notes, reqs) = deliver(&mut client, s, if flip { &w2a } else { &w2b });
+            assert_eq!((notes, reqs), (0, 1));
+        })
+    });
+    g.finish();
+    drop(client);
+
+    // ----- W3: EDS -----
+    let eds_names: Vec<String> = (0..1000).map(cluster_name).collect();
+    let eds: Vec<Any> = eds_names
+        .iter()
+        .map(|name| any_of(type_url::CLUSTER_LOAD_ASSIGNMENT, &endpoints(name, 100, 0)))
+        .collect();
+    let w3 = response(type_url::CLUSTER_LOAD_ASSIGNMENT, "1", "n1", eds);
+    let big_name = vec!["big".to_string()];
+    let w3_big = response(type_url::CLUSTER_LOAD_ASSIGNMENT, "1", "n1", vec![any_of(
+        type_url::CLUSTER_LOAD_ASSIGNMENT,
+        &endpoints("big", 100_000, 0),
+    )]);
+    println!("W3 fixtures: 1,000 × 100 endpoints = {} bytes; 1 × 100,000 endpoints = {} bytes", w3.len(), w3_big.len());
+    let mut g = c.benchmark_group("eds");
+    g.sample_size(10).measurement_time(Duration::from_secs(8));
+    g.bench_function("1k_x_100/floor_A_envelope", |b| b.iter(|| floor_a(&w3)));
+    g.bench_function("1k_x_100/floor_B_full_decode", |b| b.iter(|| floor_b::<endpoint::ClusterLoadAssignment>(&w3)));
+    g.bench_function("1k_x_100/W3_first_delivery", |b| {
+        b.iter_batched(
+            || subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, &eds_names),
+            |(mut client, stream)| {
+                assert_eq!(deliver(&mut client, stream, &w3), (1000, 1));
+                client
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("1x100k/floor_A_envelope", |b| b.iter(|| floor_a(&w3_big)));
+    g.bench_function("1x100k/floor_B_full_decode", |b| b.iter(|| floor_b::<endpoint::ClusterLoadAssignment>(&w3_big)));
+    g.bench_function("1x100k/W3_first_delivery", |b| {
+        b.iter_batched(
+            || subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, &big_name),
+            |(mut client, stream)| {
+                assert_eq!(deliver(&mut client, stream, &w3_big), (1, 1));
+                client
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
