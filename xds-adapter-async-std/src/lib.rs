@@ -1,0 +1,111 @@
+//! The xds-proto xDS client on async-std.
+//!
+//! **async-std is discontinued upstream**: its maintainers stopped development and
+//! recommend [smol](https://docs.rs/smol) instead. New code should use smol (whose
+//! `Async<TcpStream>` speaks the same `futures-io` traits this adapter is built on)
+//! or tokio (`xds-adapter-tokio`). This crate is kept for programs that still run on
+//! async-std.
+//!
+//! The public API is the tokio adapter's: a cloneable, `Send + Sync` [`Client`] owning
+//! a driver task, typed watch streams that cancel on drop, channel events, CSDS and a
+//! graceful shutdown. tonic's gRPC client runs on the async-std executor over an
+//! async-std `TcpStream` (TLS through rustls, HTTP/2 through hyper, both over
+//! `futures-io`). tokio's crates may be compiled in as libraries, but no tokio runtime
+//! is started or needed: the core drives every deadline through async-std's timer.
+//!
+//! ```no_run
+//! use futures::StreamExt;
+//! use xds_adapter_async_std::{Client, Lds};
+//!
+//! # async fn example() -> Result<(), xds_adapter_async_std::Error> {
+//! let client = Client::from_bootstrap_json(r#"{
+//!     "xds_servers": [{"server_uri": "127.0.0.1:18000", "channel_creds": [{"type": "insecure"}]}],
+//!     "node": {"id": "my-node"}
+//! }"#)?;
+//! let mut listener = client.watch::<Lds>("my-listener").await?;
+//! if let Some(update) = listener.next().await {
+//!     println!("{update:?}");
+//! }
+//! client.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use xds_adapter_common::BoxFuture;
+pub use xds_adapter_common::{
+    ChannelEvent, ChannelEventStream, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
+    Error, RawWatchStream, Runtime, TransportSettings, WatchStream, WatchUpdate,
+};
+pub use xds_proto_core;
+use xds_proto_core::Instant;
+pub use xds_proto_core::bootstrap::{Bootstrap, BootstrapError};
+pub use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
+
+/// The xDS client on async-std. See the crate documentation.
+pub type Client = xds_adapter_common::Client<AsyncStdRuntime>;
+
+/// Configures a [`Client`]: `Client::builder(bootstrap)...build()`.
+pub type ClientBuilder = xds_adapter_common::ClientBuilder<AsyncStdRuntime>;
+
+/// Loads the bootstrap the way gRPC does: the file named by `GRPC_XDS_BOOTSTRAP`,
+/// else the JSON in `GRPC_XDS_BOOTSTRAP_CONFIG`.
+///
+/// # Errors
+/// Neither variable set, an unreadable file, or an invalid bootstrap.
+pub fn load_bootstrap_from_env() -> Result<Bootstrap, BootstrapError> {
+    Bootstrap::from_env_with(
+        |k| std::env::var(k).ok(),
+        |path| std::fs::read_to_string(path),
+    )
+}
+
+/// The async-std side of the shared client: its global executor, the monotonic clock
+/// and async-std's TCP.
+#[derive(Clone, Debug)]
+pub struct AsyncStdRuntime {
+    origin: Arc<std::time::Instant>,
+}
+
+impl Default for AsyncStdRuntime {
+    fn default() -> AsyncStdRuntime {
+        AsyncStdRuntime {
+            origin: Arc::new(std::time::Instant::now()),
+        }
+    }
+}
+
+impl Runtime for AsyncStdRuntime {
+    type TcpStream = async_std::net::TcpStream;
+
+    fn current() -> Result<AsyncStdRuntime, String> {
+        Ok(AsyncStdRuntime::default())
+    }
+
+    fn spawn(&self, task: BoxFuture<()>) {
+        async_std::task::spawn(task);
+    }
+
+    fn now(&self) -> Instant {
+        let elapsed = self.origin.elapsed();
+        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<()> {
+        Box::pin(async_std::task::sleep(duration))
+    }
+
+    fn connect_tcp(&self, host: &str, port: u16) -> BoxFuture<io::Result<Self::TcpStream>> {
+        let host = host.to_string();
+        Box::pin(async move {
+            let tcp = async_std::net::TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            Ok(tcp)
+        })
+    }
+}

@@ -1,0 +1,346 @@
+//! One ADS stream: the codec (the core's `DiscoveryRequest` out, raw bytes in), the
+//! request stream that reports when HTTP/2 takes each request, and the task that runs
+//! the stream and reports what happens to it.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use futures::Stream;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use prost::Message;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use xds_proto_core::bootstrap::ServerConfig;
+use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use xds_proto_core::{Code, ServerId, Status, StreamId};
+
+use crate::runtime::Runtime;
+use crate::transport::{ChannelSlot, H2Service, TransportSettings};
+
+/// What a stream task tells the driver.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// A connection attempt began (no usable connection was open).
+    Connecting,
+    /// The connection is established (`reused`: an open one was taken).
+    Connected { reused: bool },
+    /// The connection attempt failed.
+    ConnectFailed(String),
+    /// HTTP/2 began pulling the request stream: the stream is dispatched.
+    Started,
+    /// HTTP/2 took the oldest queued request.
+    Sent,
+    /// A response arrived.
+    Response(Bytes),
+    /// The stream ended.
+    Closed(Status),
+}
+
+/// A message from a stream task or a connection task to the driver.
+#[derive(Debug)]
+pub(crate) enum TaskMessage {
+    /// About one stream.
+    Stream { stream: StreamId, report: Report },
+    /// A server's connection ended.
+    ConnectionClosed {
+        server: ServerId,
+        server_uri: Arc<str>,
+        error: Option<String>,
+    },
+}
+
+/// Encodes the core's requests; hands responses over undecoded.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AdsCodec;
+
+impl Codec for AdsCodec {
+    type Encode = DiscoveryRequest;
+    type Decode = Bytes;
+    type Encoder = AdsCodec;
+    type Decoder = AdsCodec;
+
+    fn encoder(&mut self) -> AdsCodec {
+        AdsCodec
+    }
+
+    fn decoder(&mut self) -> AdsCodec {
+        AdsCodec
+    }
+}
+
+impl Encoder for AdsCodec {
+    type Item = DiscoveryRequest;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: DiscoveryRequest,
+        dst: &mut EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        item.encode(dst)
+            .map_err(|e| tonic::Status::internal(format!("failed to encode DiscoveryRequest: {e}")))
+    }
+}
+
+impl Decoder for AdsCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// The request side of the stream: yields the driver's queued requests to tonic, and
+/// reports `Started` at the first poll and `Sent` for every request taken.
+struct RequestStream {
+    requests: UnboundedReceiver<DiscoveryRequest>,
+    reports: UnboundedSender<TaskMessage>,
+    stream: StreamId,
+    started: bool,
+}
+
+impl RequestStream {
+    fn report(&self, report: Report) {
+        let _ = self.reports.unbounded_send(TaskMessage::Stream {
+            stream: self.stream,
+            report,
+        });
+    }
+}
+
+impl Stream for RequestStream {
+    type Item = DiscoveryRequest;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<DiscoveryRequest>> {
+        if !self.started {
+            self.started = true;
+            self.report(Report::Started);
+        }
+        match Pin::new(&mut self.requests).poll_next(cx) {
+            Poll::Ready(Some(request)) => {
+                self.report(Report::Sent);
+                Poll::Ready(Some(request))
+            }
+            other => other,
+        }
+    }
+}
+
+/// Converts a tonic status into the core's, keeping the causes' text. A status tonic
+/// made from a failed HTTP/2 connection (code UNKNOWN with a hyper cause) is
+/// UNAVAILABLE, as gRPC reports a broken transport.
+pub(crate) fn core_status(status: &tonic::Status) -> Status {
+    let mut message = status.message().to_string();
+    let mut code = Code(i32::from(status.code()));
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        if code == Code::UNKNOWN && cause.is::<hyper::Error>() {
+            code = Code::UNAVAILABLE;
+        }
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    Status::new(code, message)
+}
+
+/// Everything one stream task needs.
+pub(crate) struct StreamTask<R> {
+    pub(crate) rt: R,
+    pub(crate) server: ServerId,
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) stream: StreamId,
+    pub(crate) slot: Arc<ChannelSlot>,
+    pub(crate) settings: Arc<TransportSettings>,
+    pub(crate) requests: UnboundedReceiver<DiscoveryRequest>,
+    pub(crate) reports: UnboundedSender<TaskMessage>,
+}
+
+impl<R: Runtime> StreamTask<R> {
+    fn report(&self, report: Report) {
+        let _ = self.reports.unbounded_send(TaskMessage::Stream {
+            stream: self.stream,
+            report,
+        });
+    }
+
+    /// Connects (or reuses the server's connection), runs the stream, and reports
+    /// until it ends.
+    pub(crate) async fn run(self) {
+        let server_uri: Arc<str> = Arc::from(self.config.server_uri.as_str());
+        let on_closed = {
+            let reports = self.reports.clone();
+            let server = self.server;
+            let server_uri = server_uri.clone();
+            move |error| {
+                let _ = reports.unbounded_send(TaskMessage::ConnectionClosed {
+                    server,
+                    server_uri,
+                    error,
+                });
+            }
+        };
+        let attempt = self.slot.get_or_connect(
+            &self.rt,
+            &self.config,
+            &self.settings,
+            || self.report(Report::Connecting),
+            on_closed,
+        );
+        let (conn, reused) = match attempt.await {
+            Ok((conn, fresh)) => (conn, !fresh),
+            Err(reason) => {
+                self.report(Report::ConnectFailed(reason.clone()));
+                self.report(Report::Closed(Status::new(Code::UNAVAILABLE, reason)));
+                return;
+            }
+        };
+        self.report(Report::Connected { reused });
+        let mut grpc = tonic::client::Grpc::with_origin(H2Service(conn.send), conn.origin)
+            .max_decoding_message_size(self.settings.max_receive_message_size)
+            .max_encoding_message_size(usize::MAX);
+        if let Err(e) = grpc.ready().await {
+            let reason = format!(
+                "connection not usable: {}",
+                crate::transport::error_chain(&e)
+            );
+            self.report(Report::Closed(Status::new(Code::UNAVAILABLE, reason)));
+            return;
+        }
+        let body = RequestStream {
+            requests: self.requests,
+            reports: self.reports.clone(),
+            stream: self.stream,
+            started: false,
+        };
+        let path = http::uri::PathAndQuery::from_static(crate::ADS_METHOD);
+        let response = grpc
+            .streaming(tonic::Request::new(body), path, AdsCodec)
+            .await;
+        let mut inbound = match response {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                let _ = self.reports.unbounded_send(TaskMessage::Stream {
+                    stream: self.stream,
+                    report: Report::Closed(core_status(&status)),
+                });
+                return;
+            }
+        };
+        loop {
+            let report = match inbound.message().await {
+                Ok(Some(bytes)) => Report::Response(bytes),
+                Ok(None) => Report::Closed(Status::new(Code::OK, "the server ended the stream")),
+                Err(status) => Report::Closed(core_status(&status)),
+            };
+            let last = matches!(report, Report::Closed(_));
+            let _ = self.reports.unbounded_send(TaskMessage::Stream {
+                stream: self.stream,
+                report,
+            });
+            if last {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::channel::mpsc;
+    use futures::{FutureExt, StreamExt};
+
+    use super::*;
+
+    fn request(type_url: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
+            type_url: type_url.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn reports(rx: &mut UnboundedReceiver<TaskMessage>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(TaskMessage::Stream { report, .. }) = rx.try_recv() {
+            out.push(format!("{report:?}"));
+        }
+        out
+    }
+
+    #[test]
+    fn requests_count_as_sent_only_when_the_transport_pulls_them() {
+        let (queue, requests) = mpsc::unbounded();
+        let (reports_tx, mut reports_rx) = mpsc::unbounded();
+        let mut body = RequestStream {
+            requests,
+            reports: reports_tx,
+            stream: StreamId(7),
+            started: false,
+        };
+        queue.unbounded_send(request("a")).unwrap();
+        queue.unbounded_send(request("b")).unwrap();
+        assert!(reports(&mut reports_rx).is_empty(), "queued is not sent");
+
+        let first = body
+            .next()
+            .now_or_never()
+            .flatten()
+            .expect("the first request");
+        assert_eq!(first.type_url, "a");
+        assert_eq!(reports(&mut reports_rx), vec!["Started", "Sent"]);
+
+        let second = body
+            .next()
+            .now_or_never()
+            .flatten()
+            .expect("the second request");
+        assert_eq!(second.type_url, "b");
+        assert_eq!(reports(&mut reports_rx), vec!["Sent"]);
+
+        assert!(
+            body.next().now_or_never().is_none(),
+            "nothing queued: pending"
+        );
+        assert!(reports(&mut reports_rx).is_empty());
+    }
+
+    #[test]
+    fn the_first_poll_reports_the_stream_started_even_with_nothing_queued() {
+        let (_queue, requests) = mpsc::unbounded::<DiscoveryRequest>();
+        let (reports_tx, mut reports_rx) = mpsc::unbounded();
+        let mut body = RequestStream {
+            requests,
+            reports: reports_tx,
+            stream: StreamId(1),
+            started: false,
+        };
+        assert!(body.next().now_or_never().is_none());
+        assert_eq!(reports(&mut reports_rx), vec!["Started"]);
+        assert!(body.next().now_or_never().is_none());
+        assert!(
+            reports(&mut reports_rx).is_empty(),
+            "started is reported once"
+        );
+    }
+
+    #[test]
+    fn statuses_keep_their_code_and_message() {
+        let status = tonic::Status::new(tonic::Code::DeadlineExceeded, "slow");
+        assert_eq!(
+            core_status(&status),
+            Status::new(Code::DEADLINE_EXCEEDED, "slow")
+        );
+        let status = tonic::Status::new(tonic::Code::Unavailable, "max connection age");
+        assert_eq!(
+            core_status(&status),
+            Status::new(Code::UNAVAILABLE, "max connection age")
+        );
+    }
+}

@@ -1,0 +1,561 @@
+//! The drive loop: one task owns the [`XdsClient`]. It takes one input at a time (a
+//! command from a handle, a report from a stream task, or its timer), makes the one
+//! matching mutation, drains `poll_action()` until it is empty, and sleeps until
+//! `poll_timeout()`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::task::Poll;
+
+use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use futures::channel::oneshot;
+use futures::future::{AbortHandle, Abortable};
+use futures::{FutureExt, StreamExt};
+use tracing::Instrument;
+use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use xds_proto_core::{
+    Action, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError, WatchEvent,
+    WatcherId, XdsClient,
+};
+
+use crate::ads::{Report, StreamTask, TaskMessage};
+use crate::runtime::{BoxFuture, Runtime};
+use crate::transport::{ChannelSlot, TransportSettings};
+
+/// What the transport did, as the client reports it to [`Client::channel_events`]
+/// subscribers: which server is in use, connection attempts and their failures, the
+/// ADS stream's life, and every request HTTP/2 took (ACKs and NACKs included).
+///
+/// [`Client::channel_events`]: crate::Client::channel_events
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ChannelEvent {
+    /// The core asked for an ADS stream to this server.
+    StreamRequested {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// The new stream.
+        stream: StreamId,
+    },
+    /// A connection attempt to the server began.
+    Connecting {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+    },
+    /// A connection to the server is established (`reused`: the open one was taken).
+    Connected {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// Whether an already open connection was reused.
+        reused: bool,
+    },
+    /// A connection attempt failed.
+    ConnectFailed {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// Why.
+        reason: String,
+    },
+    /// The ADS stream is dispatched on an established connection.
+    StreamStarted {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// The stream.
+        stream: StreamId,
+    },
+    /// HTTP/2 took a request of the stream.
+    RequestSent {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// The stream.
+        stream: StreamId,
+        /// The request's type URL.
+        type_url: String,
+        /// Its `version_info`.
+        version: String,
+        /// Its `response_nonce` (empty for a subscription without a response yet).
+        nonce: String,
+        /// The subscribed names.
+        resource_names: Vec<String>,
+        /// The NACK's `error_detail` message, when it is a NACK.
+        nack: Option<String>,
+    },
+    /// A response arrived on the stream.
+    ResponseReceived {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// The stream.
+        stream: StreamId,
+        /// Its size in bytes.
+        bytes: usize,
+    },
+    /// The ADS stream ended.
+    StreamClosed {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// The stream.
+        stream: StreamId,
+        /// How it ended.
+        status: Status,
+    },
+    /// The connection to a server ended.
+    ConnectionClosed {
+        /// The server.
+        server: ServerId,
+        /// Its URI.
+        server_uri: Arc<str>,
+        /// The error that ended it, if any.
+        error: Option<String>,
+    },
+    /// Nothing on this server is watched any more; its connection was dropped.
+    ChannelDropped {
+        /// The server.
+        server: ServerId,
+    },
+}
+
+/// A command from a handle to the driver.
+pub(crate) enum Command {
+    Watch {
+        type_url: String,
+        name: String,
+        events: UnboundedSender<WatchEvent>,
+        reply: oneshot::Sender<Result<WatcherId, WatchError>>,
+    },
+    Cancel(WatcherId),
+    Snapshot(oneshot::Sender<Vec<ResourceSnapshot>>),
+    Csds(oneshot::Sender<Vec<GenericXdsConfig>>),
+    ServerErrors(oneshot::Sender<Vec<(Arc<str>, Option<String>)>>),
+    Subscribe(UnboundedSender<ChannelEvent>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// A summary of a queued request, reported when HTTP/2 takes it.
+struct QueuedRequest {
+    type_url: String,
+    version: String,
+    nonce: String,
+    resource_names: Vec<String>,
+    nack: Option<String>,
+}
+
+struct StreamEntry {
+    server: ServerId,
+    server_uri: Arc<str>,
+    requests: UnboundedSender<DiscoveryRequest>,
+    abort: AbortHandle,
+    queued: VecDeque<QueuedRequest>,
+    span: tracing::Span,
+}
+
+enum Input {
+    Task(TaskMessage),
+    Command(Command),
+    Timer(Instant),
+    Closed,
+}
+
+/// The state the drive loop owns.
+pub(crate) struct Driver<R: Runtime> {
+    core: XdsClient,
+    rt: R,
+    settings: Arc<TransportSettings>,
+    commands: UnboundedReceiver<Command>,
+    reports_tx: UnboundedSender<TaskMessage>,
+    reports: UnboundedReceiver<TaskMessage>,
+    watchers: HashMap<WatcherId, UnboundedSender<WatchEvent>>,
+    streams: HashMap<StreamId, StreamEntry>,
+    channels: HashMap<ServerId, Arc<ChannelSlot>>,
+    subscribers: Vec<UnboundedSender<ChannelEvent>>,
+    sleep: Option<(Instant, BoxFuture<()>)>,
+}
+
+impl<R: Runtime> Driver<R> {
+    pub(crate) fn new(
+        core: XdsClient,
+        rt: R,
+        settings: TransportSettings,
+        commands: UnboundedReceiver<Command>,
+    ) -> Driver<R> {
+        let (reports_tx, reports) = mpsc::unbounded();
+        Driver {
+            core,
+            rt,
+            settings: Arc::new(settings),
+            commands,
+            reports_tx,
+            reports,
+            watchers: HashMap::new(),
+            streams: HashMap::new(),
+            channels: HashMap::new(),
+            subscribers: Vec::new(),
+            sleep: None,
+        }
+    }
+
+    /// Runs until shut down, or until every handle and watch stream is dropped.
+    pub(crate) async fn run(mut self) {
+        tracing::debug!("xDS client driver started");
+        let shutdown_reply = loop {
+            self.drain_actions();
+            self.arm_timer();
+            let input = futures::future::poll_fn(|cx| {
+                if let Poll::Ready(Some(m)) = self.reports.poll_next_unpin(cx) {
+                    return Poll::Ready(Input::Task(m));
+                }
+                match self.commands.poll_next_unpin(cx) {
+                    Poll::Ready(Some(c)) => return Poll::Ready(Input::Command(c)),
+                    Poll::Ready(None) => return Poll::Ready(Input::Closed),
+                    Poll::Pending => {}
+                }
+                if let Some((deadline, sleep)) = &mut self.sleep
+                    && sleep.poll_unpin(cx).is_ready()
+                {
+                    return Poll::Ready(Input::Timer(*deadline));
+                }
+                Poll::Pending
+            })
+            .await;
+            let now = self.rt.now();
+            match input {
+                Input::Task(message) => self.on_task_message(message, now),
+                Input::Command(Command::Shutdown(reply)) => break Some(reply),
+                Input::Command(command) => self.on_command(command, now),
+                Input::Timer(deadline) => {
+                    self.sleep = None;
+                    // The sleep is the "timer fired" event: never report it as early.
+                    self.core.handle_timeout(now.max(deadline));
+                }
+                Input::Closed => break None,
+            }
+        };
+        self.close_all();
+        tracing::debug!("xDS client driver stopped");
+        if let Some(reply) = shutdown_reply {
+            let _ = reply.send(());
+        }
+    }
+
+    /// Keeps one sleep armed for the core's next deadline.
+    fn arm_timer(&mut self) {
+        let deadline = self.core.poll_timeout();
+        if self.sleep.as_ref().map(|(d, _)| *d) == deadline {
+            return;
+        }
+        self.sleep = deadline.map(|d| {
+            let sleep = self.rt.sleep(d.saturating_duration_since(self.rt.now()));
+            (d, sleep)
+        });
+    }
+
+    fn publish(&mut self, event: ChannelEvent) {
+        self.subscribers
+            .retain(|s| s.unbounded_send(event.clone()).is_ok());
+    }
+
+    fn on_command(&mut self, command: Command, now: Instant) {
+        match command {
+            Command::Watch {
+                type_url,
+                name,
+                events,
+                reply,
+            } => match self.core.watch(&type_url, &name, now) {
+                Ok(id) => {
+                    tracing::debug!(type_url = %type_url, resource = %name, watcher = id.0, "watch");
+                    if reply.send(Ok(id)).is_ok() {
+                        self.watchers.insert(id, events);
+                    } else {
+                        self.core.cancel_watch(id, now);
+                    }
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Command::Cancel(id) => {
+                if self.watchers.remove(&id).is_some() {
+                    tracing::debug!(watcher = id.0, "cancel watch");
+                    self.core.cancel_watch(id, now);
+                }
+            }
+            Command::Snapshot(reply) => {
+                let _ = reply.send(self.core.resource_snapshot());
+            }
+            Command::Csds(reply) => {
+                let _ = reply.send(self.core.csds_configs());
+            }
+            Command::ServerErrors(reply) => {
+                let mut out = Vec::new();
+                let mut i = 0;
+                while let Some(config) = self.core.server_config(ServerId(i)) {
+                    let error = self.core.server_error(ServerId(i)).map(|e| e.to_string());
+                    out.push((Arc::from(config.server_uri.as_str()), error));
+                    i += 1;
+                }
+                let _ = reply.send(out);
+            }
+            Command::Subscribe(sender) => self.subscribers.push(sender),
+            Command::Shutdown(_) => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn on_task_message(&mut self, message: TaskMessage, now: Instant) {
+        let (stream, report) = match message {
+            TaskMessage::ConnectionClosed {
+                server,
+                server_uri,
+                error,
+            } => {
+                match &error {
+                    Some(e) => {
+                        tracing::info!(server = %server_uri, error = %e, "xDS connection closed")
+                    }
+                    None => tracing::debug!(server = %server_uri, "xDS connection closed"),
+                }
+                self.publish(ChannelEvent::ConnectionClosed {
+                    server,
+                    server_uri,
+                    error,
+                });
+                return;
+            }
+            TaskMessage::Stream { stream, report } => (stream, report),
+        };
+        // Reports of a stream the core has closed are stale: drop them.
+        let Some(entry) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let server = entry.server;
+        let server_uri = entry.server_uri.clone();
+        let span = entry.span.clone();
+        let queued = if matches!(report, Report::Sent) {
+            entry.queued.pop_front()
+        } else {
+            None
+        };
+        let _enter = span.enter();
+        match report {
+            Report::Connecting => {
+                tracing::debug!("connecting");
+                self.publish(ChannelEvent::Connecting { server, server_uri });
+            }
+            Report::Connected { reused } => {
+                tracing::debug!(reused, "connected");
+                self.publish(ChannelEvent::Connected {
+                    server,
+                    server_uri,
+                    reused,
+                });
+            }
+            Report::ConnectFailed(reason) => {
+                tracing::warn!(reason = %reason, "xDS connection attempt failed");
+                self.publish(ChannelEvent::ConnectFailed {
+                    server,
+                    server_uri,
+                    reason: reason.clone(),
+                });
+                self.core
+                    .handle_event(now, Event::ConnectivityFailure { server, reason });
+            }
+            Report::Started => {
+                tracing::debug!("ADS stream started");
+                self.publish(ChannelEvent::StreamStarted {
+                    server,
+                    server_uri,
+                    stream,
+                });
+                self.core.handle_event(now, Event::StreamStarted { stream });
+            }
+            Report::Sent => {
+                if let Some(q) = queued {
+                    tracing::debug!(
+                        type_url = %q.type_url,
+                        resources = ?q.resource_names,
+                        version = %q.version,
+                        nonce = %q.nonce,
+                        nack = ?q.nack,
+                        "request sent"
+                    );
+                    self.publish(ChannelEvent::RequestSent {
+                        server,
+                        server_uri,
+                        stream,
+                        type_url: q.type_url,
+                        version: q.version,
+                        nonce: q.nonce,
+                        resource_names: q.resource_names,
+                        nack: q.nack,
+                    });
+                }
+                self.core.handle_event(now, Event::RequestSent { stream });
+            }
+            Report::Response(bytes) => {
+                tracing::debug!(bytes = bytes.len(), "response received");
+                self.publish(ChannelEvent::ResponseReceived {
+                    server,
+                    server_uri,
+                    stream,
+                    bytes: bytes.len(),
+                });
+                self.core
+                    .handle_event(now, Event::ResponseReceived { stream, bytes });
+            }
+            Report::Closed(status) => {
+                tracing::info!(status = %status, "ADS stream closed");
+                self.streams.remove(&stream);
+                self.publish(ChannelEvent::StreamClosed {
+                    server,
+                    server_uri,
+                    stream,
+                    status: status.clone(),
+                });
+                self.core
+                    .handle_event(now, Event::StreamClosed { stream, status });
+            }
+        }
+    }
+
+    fn drain_actions(&mut self) {
+        while let Some(action) = self.core.poll_action() {
+            self.apply(action);
+        }
+    }
+
+    fn apply(&mut self, action: Action) {
+        match action {
+            Action::StartStream {
+                server,
+                config,
+                stream,
+            } => {
+                let server_uri: Arc<str> = Arc::from(config.server_uri.as_str());
+                let span =
+                    tracing::info_span!("xds_ads_stream", server = %server_uri, stream = stream.0);
+                span.in_scope(|| tracing::debug!("opening ADS stream"));
+                let slot = self.channels.entry(server).or_default().clone();
+                let (requests_tx, requests) = mpsc::unbounded();
+                let task = StreamTask {
+                    rt: self.rt.clone(),
+                    server,
+                    config,
+                    stream,
+                    slot,
+                    settings: self.settings.clone(),
+                    requests,
+                    reports: self.reports_tx.clone(),
+                };
+                let (abort, registration) = AbortHandle::new_pair();
+                let fut = Abortable::new(task.run(), registration)
+                    .map(|_| ())
+                    .instrument(span.clone());
+                self.rt.spawn(Box::pin(fut));
+                self.streams.insert(
+                    stream,
+                    StreamEntry {
+                        server,
+                        server_uri: server_uri.clone(),
+                        requests: requests_tx,
+                        abort,
+                        queued: VecDeque::new(),
+                        span,
+                    },
+                );
+                self.publish(ChannelEvent::StreamRequested {
+                    server,
+                    server_uri,
+                    stream,
+                });
+            }
+            Action::SendRequest { stream, request } => {
+                let Some(entry) = self.streams.get_mut(&stream) else {
+                    return;
+                };
+                let nack = request.error_detail.as_ref().map(|s| s.message.clone());
+                entry.span.in_scope(|| {
+                    tracing::debug!(
+                        type_url = %request.type_url,
+                        resources = ?request.resource_names,
+                        version = %request.version_info,
+                        nonce = %request.response_nonce,
+                        nack = ?nack,
+                        "request queued"
+                    )
+                });
+                entry.queued.push_back(QueuedRequest {
+                    type_url: request.type_url.clone(),
+                    version: request.version_info.clone(),
+                    nonce: request.response_nonce.clone(),
+                    resource_names: request.resource_names.clone(),
+                    nack,
+                });
+                let _ = entry.requests.unbounded_send(*request);
+            }
+            Action::CloseStream { stream } => {
+                if let Some(entry) = self.streams.remove(&stream) {
+                    entry
+                        .span
+                        .in_scope(|| tracing::debug!("closing ADS stream"));
+                    entry.abort.abort();
+                }
+            }
+            Action::DropChannel { server } => {
+                tracing::debug!(server = server.0, "dropping channel");
+                self.channels.remove(&server);
+                self.publish(ChannelEvent::ChannelDropped { server });
+            }
+            Action::Notify(n) => {
+                let span =
+                    tracing::debug_span!("xds_watch", type_url = n.type_url, resource = %n.name);
+                let _enter = span.enter();
+                match &n.event {
+                    WatchEvent::Changed(Ok(_)) => {
+                        tracing::debug!(watcher = n.watcher.0, "resource changed")
+                    }
+                    WatchEvent::Changed(Err(e)) => {
+                        tracing::info!(watcher = n.watcher.0, kind = ?e.kind, error = %e, "resource error")
+                    }
+                    WatchEvent::AmbientError(e) => {
+                        tracing::info!(watcher = n.watcher.0, kind = ?e.kind, error = %e, "ambient error")
+                    }
+                }
+                if let Some(sender) = self.watchers.get(&n.watcher)
+                    && sender.unbounded_send(n.event).is_err()
+                {
+                    // The stream was dropped; its cancel command is on its way.
+                    self.watchers.remove(&n.watcher);
+                }
+            }
+        }
+    }
+
+    /// Shuts everything down: streams are cancelled, connections dropped, and every
+    /// watch stream and event subscriber sees its end.
+    fn close_all(&mut self) {
+        self.commands.close();
+        for (_, entry) in self.streams.drain() {
+            entry.abort.abort();
+        }
+        self.channels.clear();
+        self.watchers.clear();
+        self.subscribers.clear();
+        self.sleep = None;
+    }
+}

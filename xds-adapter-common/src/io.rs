@@ -1,0 +1,84 @@
+//! An adapter from `futures-io` byte streams to hyper's I/O traits, so that HTTP/2 and
+//! TLS run the same way over any runtime's sockets.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::io::{AsyncRead, AsyncWrite};
+
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Wraps a `futures-io` stream (`AsyncRead + AsyncWrite`) as a hyper
+/// `rt::Read + rt::Write`.
+///
+/// Reads go through a small owned buffer, so no uninitialised memory is ever exposed.
+#[derive(Debug)]
+pub struct HyperIo<T> {
+    inner: T,
+    buf: Box<[u8]>,
+}
+
+impl<T> HyperIo<T> {
+    /// Wraps `inner`.
+    pub fn new(inner: T) -> HyperIo<T> {
+        HyperIo {
+            inner,
+            buf: vec![0; READ_CHUNK].into_boxed_slice(),
+        }
+    }
+
+    /// The wrapped stream.
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+}
+
+impl<T: AsyncRead + Unpin> hyper::rt::Read for HyperIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut cursor: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let want = cursor.remaining().min(this.buf.len());
+        match Pin::new(&mut this.inner).poll_read(cx, &mut this.buf[..want]) {
+            Poll::Ready(Ok(n)) => {
+                cursor.put_slice(&this.buf[..n]);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> hyper::rt::Write for HyperIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_close(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+}

@@ -1,0 +1,299 @@
+//! Connections to xDS servers: target parsing, the connection attempt (TCP, then TLS
+//! for `tls` credentials, then the HTTP/2 handshake), and the tower service tonic's
+//! client runs on. One connection per server is kept and shared by that server's
+//! successive ADS streams until it closes or the core drops the channel.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::{self, Either};
+use futures::io::{AsyncRead, AsyncWrite};
+use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig};
+
+use crate::io::HyperIo;
+use crate::runtime::{BoxFuture, HyperExecutor, Runtime};
+
+/// The default cap on one received message: 64 MiB, enough for the large CDS/EDS
+/// responses of big meshes (tonic's own default is 4 MiB).
+pub const DEFAULT_MAX_RECEIVE_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+
+/// The default bound on one connection attempt (gRPC's minimum connect timeout).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Transport settings of a client, beyond what the bootstrap says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportSettings {
+    /// The largest `DiscoveryResponse` accepted, in bytes.
+    pub max_receive_message_size: usize,
+    /// How long one connection attempt (TCP, TLS and HTTP/2 handshakes) may take.
+    pub connect_timeout: Duration,
+    /// The HTTP/2 stream flow-control window, in bytes.
+    pub initial_stream_window_size: u32,
+    /// The HTTP/2 connection flow-control window, in bytes.
+    pub initial_connection_window_size: u32,
+}
+
+impl Default for TransportSettings {
+    fn default() -> TransportSettings {
+        TransportSettings {
+            max_receive_message_size: DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            initial_stream_window_size: 4 * 1024 * 1024,
+            initial_connection_window_size: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// A server URI split into host and port.
+///
+/// Accepts `host:port`, `[v6]:port`, `dns:///host:port`, `dns:host:port` and a bare
+/// host (port 443).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The host name or IP literal (without brackets).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+}
+
+impl Target {
+    /// Parses a bootstrap `server_uri`.
+    pub fn parse(uri: &str) -> Result<Target, String> {
+        let rest = uri
+            .strip_prefix("dns:///")
+            .or_else(|| uri.strip_prefix("dns:"))
+            .unwrap_or(uri);
+        if rest.contains("://") || rest.starts_with("unix:") {
+            return Err(format!(
+                "unsupported server URI {uri:?}: only host:port and dns: targets are supported"
+            ));
+        }
+        let bad = || format!("invalid server URI {uri:?}");
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(bad)?;
+            match after.strip_prefix(':') {
+                Some(p) => (host, p.parse().map_err(|_| bad())?),
+                None if after.is_empty() => (host, 443),
+                None => return Err(bad()),
+            }
+        } else {
+            match rest.rsplit_once(':') {
+                Some((host, p)) => (host, p.parse().map_err(|_| bad())?),
+                None => (rest, 443),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(Target {
+            host: host.to_string(),
+            port,
+        })
+    }
+
+    /// The HTTP origin tonic puts into the request (`http://` or `https://`).
+    fn origin(&self, tls: bool) -> Result<http::Uri, String> {
+        let scheme = if tls { "https" } else { "http" };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("{scheme}://{host}:{}", self.port)
+            .parse()
+            .map_err(|e| format!("invalid origin for {}: {e}", self.host))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// An established HTTP/2 connection to one server.
+#[derive(Clone, Debug)]
+pub(crate) struct Connection {
+    pub(crate) send: hyper::client::conn::http2::SendRequest<tonic::body::Body>,
+    pub(crate) origin: http::Uri,
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// Connects to `config`'s server, bounded by the connect timeout. `on_closed` runs
+/// when the connection ends, with the error that ended it, if any.
+pub(crate) async fn connect<R: Runtime>(
+    rt: &R,
+    config: &ServerConfig,
+    settings: &TransportSettings,
+    on_closed: impl FnOnce(Option<String>) + Send + 'static,
+) -> Result<Connection, String> {
+    let attempt = connect_inner(rt, config, settings, on_closed);
+    let timeout = rt.sleep(settings.connect_timeout);
+    match future::select(Box::pin(attempt), timeout).await {
+        Either::Left((result, _)) => result,
+        Either::Right(((), _)) => Err(format!(
+            "connection attempt timed out after {:?}",
+            settings.connect_timeout
+        )),
+    }
+}
+
+async fn connect_inner<R: Runtime>(
+    rt: &R,
+    config: &ServerConfig,
+    settings: &TransportSettings,
+    on_closed: impl FnOnce(Option<String>) + Send + 'static,
+) -> Result<Connection, String> {
+    let target = Target::parse(&config.server_uri)?;
+    let tls = match &config.channel_creds {
+        ChannelCredentials::Insecure => None,
+        ChannelCredentials::Tls(creds) => Some(crate::tls::client_config(creds)?),
+        ChannelCredentials::GoogleDefault => {
+            return Err(
+                "google_default channel credentials are not supported by this adapter".into(),
+            );
+        }
+    };
+    let origin = target.origin(tls.is_some())?;
+    let tcp = rt
+        .connect_tcp(&target.host, target.port)
+        .await
+        .map_err(|e| format!("TCP connect to {target} failed: {e}"))?;
+    let io: Box<dyn Io> = match tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+                .map_err(|e| format!("invalid TLS server name {:?}: {e}", target.host))?;
+            let stream = futures_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS handshake with {target} failed: {e}"))?;
+            Box::new(stream)
+        }
+    };
+    let (send, conn) = hyper::client::conn::http2::Builder::new(HyperExecutor(rt.clone()))
+        .initial_stream_window_size(settings.initial_stream_window_size)
+        .initial_connection_window_size(settings.initial_connection_window_size)
+        .handshake::<_, tonic::body::Body>(HyperIo::new(io))
+        .await
+        .map_err(|e| format!("HTTP/2 handshake with {target} failed: {e}"))?;
+    let task: BoxFuture<()> = Box::pin(async move {
+        let result = conn.await;
+        on_closed(result.err().map(|e| error_chain(&e)));
+    });
+    rt.spawn(task);
+    Ok(Connection { send, origin })
+}
+
+/// An error and its sources, joined with `: `.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// The tower service tonic's generic client runs on: requests go straight onto the
+/// HTTP/2 connection.
+#[derive(Clone, Debug)]
+pub(crate) struct H2Service(pub(crate) hyper::client::conn::http2::SendRequest<tonic::body::Body>);
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for H2Service {
+    type Response = http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future = BoxFuture<Result<Self::Response, hyper::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.0.send_request(request))
+    }
+}
+
+/// The shared connection of one server: successive streams reuse it while it is open.
+#[derive(Debug, Default)]
+pub(crate) struct ChannelSlot {
+    conn: futures::lock::Mutex<Option<Connection>>,
+}
+
+impl ChannelSlot {
+    /// The open connection, or a new one. The `bool` is true for a new connection.
+    pub(crate) async fn get_or_connect<R: Runtime>(
+        self: &Arc<Self>,
+        rt: &R,
+        config: &ServerConfig,
+        settings: &TransportSettings,
+        on_connecting: impl FnOnce(),
+        on_closed: impl FnOnce(Option<String>) + Send + 'static,
+    ) -> Result<(Connection, bool), String> {
+        let mut guard = self.conn.lock().await;
+        if let Some(conn) = guard.as_ref().filter(|c| !c.send.is_closed()) {
+            return Ok((conn.clone(), false));
+        }
+        *guard = None;
+        on_connecting();
+        let conn = connect(rt, config, settings, on_closed).await?;
+        *guard = Some(conn.clone());
+        Ok((conn, true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_in_every_supported_form() {
+        let t = |host: &str, port| {
+            Ok(Target {
+                host: host.to_string(),
+                port,
+            })
+        };
+        assert_eq!(Target::parse("xds.example:443"), t("xds.example", 443));
+        assert_eq!(Target::parse("127.0.0.1:18000"), t("127.0.0.1", 18000));
+        assert_eq!(
+            Target::parse("dns:///xds.example:8080"),
+            t("xds.example", 8080)
+        );
+        assert_eq!(
+            Target::parse("dns:xds.example:8080"),
+            t("xds.example", 8080)
+        );
+        assert_eq!(Target::parse("[::1]:9000"), t("::1", 9000));
+        assert_eq!(Target::parse("xds.example"), t("xds.example", 443));
+        assert!(Target::parse("unix:/tmp/sock").is_err());
+        assert!(Target::parse("https://x:1").is_err());
+        assert!(Target::parse("host:notaport").is_err());
+        assert!(Target::parse(":80").is_err());
+        assert_eq!(
+            Target::parse("[::1]:9000").unwrap().to_string(),
+            "[::1]:9000"
+        );
+        assert_eq!(
+            Target::parse("[::1]:9000")
+                .unwrap()
+                .origin(true)
+                .unwrap()
+                .to_string(),
+            "https://[::1]:9000/"
+        );
+    }
+}

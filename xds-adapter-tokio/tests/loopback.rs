@@ -1,0 +1,75 @@
+//! The tokio adapter against the loopback management server on 127.0.0.1: the shared
+//! scenarios of `xds_test_server::suite` on a multi-threaded runtime, and the
+//! does-not-exist timer at its default 15 s on tokio's paused clock.
+
+use std::time::Duration;
+
+use xds_adapter_tokio::TokioRuntime;
+use xds_test_server::suite;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_chain_is_delivered_and_acked() {
+    suite::full_chain::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_resource_is_nacked_with_its_reason_while_valid_ones_are_used() {
+    suite::invalid_resource_is_nacked::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_reconnects_with_backoff_and_keeps_cached_values() {
+    suite::reconnects_after_server_restart::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_closing_the_stream_or_refusing_connections_keeps_cached_values() {
+    suite::server_closes_stream_and_refuses_connections::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_at_startup_is_a_connectivity_error_until_it_starts() {
+    suite::server_down_at_startup::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn does_not_exist_after_a_short_configured_timeout() {
+    suite::does_not_exist_after_timeout::<TokioRuntime>(Some(Duration::from_millis(700))).await;
+}
+
+/// The default 15 s timer on a paused clock: the server runs on the same
+/// single-threaded runtime, so the clock only jumps when client and server are both
+/// idle, and the test takes milliseconds of real time.
+#[tokio::test(start_paused = true)]
+async fn does_not_exist_after_the_default_15_s_on_paused_time() {
+    let real = std::time::Instant::now();
+    suite::does_not_exist_after_timeout::<TokioRuntime>(None).await;
+    assert!(
+        real.elapsed() < Duration::from_secs(10),
+        "paused time was not used: {:?}",
+        real.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_with_a_test_ca() {
+    suite::tls_with_test_ca::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_21_mb_response_fits_the_default_limit_and_the_limit_is_configurable() {
+    suite::large_responses::<TokioRuntime>().await;
+}
+
+#[tokio::test]
+async fn building_outside_a_runtime_is_an_error_not_a_panic() {
+    let json = r#"{"xds_servers": [{"server_uri": "127.0.0.1:1", "channel_creds": [{"type": "insecure"}]}], "node": {"id": "n"}}"#;
+    let handle = std::thread::spawn(move || {
+        xds_adapter_tokio::Client::from_bootstrap_json(json).map(|_| ())
+    });
+    let result = handle.join().expect("no panic");
+    assert!(
+        matches!(result, Err(xds_adapter_tokio::Error::NoRuntime(_))),
+        "{result:?}"
+    );
+}

@@ -1,0 +1,125 @@
+//! The small mesh the `xds` CLI's demo serves: one client listener, a route
+//! configuration with a prefix route and a weighted split, and three EDS clusters
+//! whose endpoints carry health and weights.
+
+use xds_proto_core::pb::envoy::config::core::v3::HealthStatus;
+use xds_proto_core::pb::google::protobuf::Any;
+
+use crate::resources::{self, Host, Locality, PrefixRoute, RouteTarget};
+
+/// The listener the demo client follows.
+pub const LISTENER: &str = "demo.example.com";
+/// The route configuration the listener names.
+pub const ROUTE_CONFIG: &str = "demo-routes";
+/// The clusters of the mesh.
+pub const CLUSTERS: [&str; 3] = ["web", "api-v1", "api-v2"];
+
+fn host(address: &str, port: u32, health: HealthStatus, weight: u32) -> Host {
+    Host {
+        address: address.to_string(),
+        port,
+        health,
+        weight: Some(weight),
+    }
+}
+
+/// The demo's listener.
+pub fn listener() -> Any {
+    resources::listener(LISTENER, ROUTE_CONFIG)
+}
+
+/// The demo's routes: `/api` split between api-v1 and api-v2 by `api_v2_weight`
+/// (out of 100), and everything else to web.
+pub fn route_config(api_v2_weight: u32) -> Any {
+    resources::route_config_with(
+        ROUTE_CONFIG,
+        &[LISTENER, "*.demo.example.com"],
+        &[
+            PrefixRoute {
+                prefix: "/api".into(),
+                target: RouteTarget::Weighted(vec![
+                    ("api-v1".into(), 100 - api_v2_weight),
+                    ("api-v2".into(), api_v2_weight),
+                ]),
+            },
+            PrefixRoute {
+                prefix: "/".into(),
+                target: RouteTarget::Cluster("web".into()),
+            },
+        ],
+    )
+}
+
+/// The demo's three clusters.
+pub fn clusters() -> Vec<Any> {
+    CLUSTERS.iter().map(|c| resources::cluster(c)).collect()
+}
+
+/// The endpoints of one cluster; `generation` 2 scales web up and marks one of its
+/// endpoints unhealthy.
+pub fn endpoints(cluster: &str, generation: u32) -> Any {
+    let localities = match cluster {
+        "web" if generation >= 2 => vec![
+            Locality {
+                region: "eu-west".into(),
+                zone: "eu-west-1a".into(),
+                weight: 2,
+                priority: 0,
+                hosts: vec![
+                    host("10.0.1.10", 8080, HealthStatus::Healthy, 10),
+                    host("10.0.1.11", 8080, HealthStatus::Unhealthy, 10),
+                    host("10.0.1.12", 8080, HealthStatus::Healthy, 20),
+                ],
+            },
+            Locality {
+                region: "eu-west".into(),
+                zone: "eu-west-1b".into(),
+                weight: 1,
+                priority: 0,
+                hosts: vec![host("10.0.2.10", 8080, HealthStatus::Healthy, 10)],
+            },
+        ],
+        "web" => vec![
+            Locality {
+                region: "eu-west".into(),
+                zone: "eu-west-1a".into(),
+                weight: 2,
+                priority: 0,
+                hosts: vec![
+                    host("10.0.1.10", 8080, HealthStatus::Healthy, 10),
+                    host("10.0.1.11", 8080, HealthStatus::Healthy, 10),
+                ],
+            },
+            Locality {
+                region: "eu-west".into(),
+                zone: "eu-west-1b".into(),
+                weight: 1,
+                priority: 0,
+                hosts: vec![host("10.0.2.10", 8080, HealthStatus::Healthy, 10)],
+            },
+        ],
+        "api-v1" => vec![Locality {
+            region: "eu-west".into(),
+            zone: "eu-west-1a".into(),
+            weight: 1,
+            priority: 0,
+            hosts: vec![
+                host("10.0.3.10", 9090, HealthStatus::Healthy, 1),
+                host("10.0.3.11", 9090, HealthStatus::Draining, 1),
+            ],
+        }],
+        _ => vec![Locality {
+            region: "eu-west".into(),
+            zone: "eu-west-1b".into(),
+            weight: 1,
+            priority: 0,
+            hosts: vec![host("10.0.4.10", 9090, HealthStatus::Healthy, 1)],
+        }],
+    };
+    resources::endpoints_with(cluster, &localities)
+}
+
+/// The endpoints of every cluster at `generation`.
+pub fn all_endpoints(generation: u32) -> Vec<Any> {
+    CLUSTERS.iter().map(|c| endpoints(c, generation)).collect()
+}

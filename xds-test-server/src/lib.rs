@@ -1,0 +1,35 @@
+//! A scriptable loopback ADS management server for tests, and the demo control plane
+//! of the `xds` CLI.
+//!
+//! [`LoopbackServer`] speaks State-of-the-World ADS (`StreamAggregatedResources`) on
+//! 127.0.0.1 through tonic, with plaintext or TLS. A test scripts it from any
+//! runtime:
+//! - versioned snapshots per type ([`LoopbackServer::set_resources`]), pushed to every
+//!   stream subscribed to the type;
+//! - withheld resources ([`LoopbackServer::withhold`]) and TP3 `resource_errors`
+//!   ([`LoopbackServer::set_resource_errors`]);
+//! - streams closed with a chosen status ([`LoopbackServer::close_streams`]);
+//! - refused connections ([`LoopbackServer::refuse_connections`]), and a stop and
+//!   restart on the same port ([`LoopbackServer::stop`], [`LoopbackServer::restart`]);
+//! - every request recorded and classified as a subscription, an ACK or a NACK
+//!   ([`LoopbackServer::requests`]).
+//!
+//! Like real control planes, it answers a burst of requests with one response per
+//! type: requests that are already waiting are all read before it responds.
+//!
+//! The server runs on the calling tokio runtime when there is one (so tests with a
+//! paused clock stay deterministic), and otherwise on a dedicated thread with its own
+//! runtime (so an async-std test can use it without a tokio runtime of its own).
+//!
+//! [`resources`] builds valid (and deliberately invalid) Envoy resources, and [`demo`]
+//! holds the small mesh the CLI's demo serves.
+
+#![warn(missing_docs)]
+
+pub mod demo;
+pub mod resources;
+mod server;
+pub mod suite;
+pub mod tls;
+
+pub use server::{LoopbackServer, RecordedRequest, RequestKind, ServerStats};
