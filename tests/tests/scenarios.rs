@@ -730,6 +730,30 @@ fn a_resource_arriving_before_the_timer_cancels_it_and_one_arriving_after_replac
 }
 
 #[test]
+fn a_resubscription_after_cancel_starts_a_fresh_timer() {
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1"]);
+    let w2 = h.watch(CDS, "c2");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
+    h.sent(s);
+    h.advance(5 * SECOND);
+    // Dropped and taken again while the unsubscribe is still outstanding.
+    h.cancel(w2);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "1", "n1"));
+    let w3 = h.watch(CDS, "c2");
+    h.expect_nothing();
+    h.sent(s);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
+    h.sent(s);
+    // The first subscription's timer died with it; the new one runs 15 s from its send.
+    h.advance(Duration::from_millis(14_999));
+    h.expect_nothing();
+    h.advance(Duration::from_millis(1));
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_error(&n).kind), (w3, ErrorKind::DoesNotExist));
+}
+
+#[test]
 fn a_transient_resource_timer_reports_unavailable_instead_of_does_not_exist() {
     let json = ONE_SERVER_BOOTSTRAP.replace(
         r#""channel_creds": [{"type": "insecure"}]"#,

@@ -10,7 +10,7 @@
 //! (`poll_action`, `poll_timeout`). After every input, drain `poll_action()` until it
 //! returns `None`, then sleep until `poll_timeout()`.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::bootstrap::{Bootstrap, ServerConfig};
 use crate::names;
+use crate::DetHashMap as HashMap;
 use crate::pb::envoy::service::discovery::v3 as discovery;
 use crate::resource::{self, ErasedResourceType, ResourceValue, XdsResourceType};
 use crate::time::Instant;
@@ -520,6 +521,9 @@ struct StreamTypeState {
     ever_sent: bool,
     /// A request for this type must be (re)sent.
     dirty: bool,
+    /// Names subscribed on this stream since the last request of this type was emitted:
+    /// the next request is their subscribing message, which starts their timers.
+    new_names: Vec<Arc<str>>,
 }
 
 #[derive(Debug)]
@@ -616,7 +620,7 @@ impl XdsClient {
             .node
             .to_proto(&config.user_agent_name, &config.user_agent_version);
         let types = resource::builtin_types();
-        let resources = types.iter().map(|_| HashMap::new()).collect();
+        let resources = types.iter().map(|_| HashMap::default()).collect();
         XdsClient {
             config,
             node,
@@ -624,7 +628,7 @@ impl XdsClient {
             servers: Vec::new(),
             authorities: Vec::new(),
             resources,
-            watchers: HashMap::new(),
+            watchers: HashMap::default(),
             timers: TimerTable::default(),
             actions: VecDeque::new(),
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
@@ -652,7 +656,7 @@ impl XdsClient {
             return Err(DuplicateTypeError(url));
         }
         self.types.push(Arc::new(ty));
-        self.resources.push(HashMap::new());
+        self.resources.push(HashMap::default());
         for server in &mut self.servers {
             server.types.push(ServerTypeState::default());
             if let Some(stream) = &mut server.stream {
@@ -818,7 +822,7 @@ impl XdsClient {
             }
         }
         for server in self.authorities[authority].in_use().to_vec() {
-            if self.servers[server].types[t].subscribed.insert(name.clone()) {
+            if self.subscribe(server, t, &name) {
                 self.subscription_changed(server, t, now);
             }
         }
@@ -993,10 +997,14 @@ impl XdsClient {
             };
             auth.in_use += 1;
             for t in 0..self.types.len() {
-                let subscribed = &mut self.servers[server].types[t].subscribed;
+                let names: Vec<Arc<str>> = self.resources[t]
+                    .values()
+                    .filter(|e| e.authority == authority)
+                    .map(|e| e.name.clone())
+                    .collect();
                 let mut added = false;
-                for entry in self.resources[t].values().filter(|e| e.authority == authority) {
-                    added |= subscribed.insert(entry.name.clone());
+                for name in &names {
+                    added |= self.subscribe(server, t, name);
                 }
                 if added {
                     self.subscription_changed(server, t, Instant::ZERO);
@@ -1076,6 +1084,19 @@ impl XdsClient {
         }
     }
 
+    /// Adds `name` to the subscription of type `t` on `server`; returns whether it is new.
+    /// A new name is remembered for the stream's next request, which subscribes it.
+    fn subscribe(&mut self, server: usize, t: TypeIdx, name: &Arc<str>) -> bool {
+        let srv = &mut self.servers[server];
+        if !srv.types[t].subscribed.insert(name.clone()) {
+            return false;
+        }
+        if let Some(stream) = &mut srv.stream {
+            stream.types[t].new_names.push(name.clone());
+        }
+        true
+    }
+
     /// Opens a stream to `server` if it has subscriptions, none is open, and no
     /// backoff is pending.
     fn ensure_stream(&mut self, server: usize) {
@@ -1100,6 +1121,7 @@ impl XdsClient {
         };
         for (t, ts) in srv.types.iter().enumerate() {
             if !ts.subscribed.is_empty() {
+                stream.types[t].new_names = ts.subscribed.iter().cloned().collect();
                 mark_dirty(&mut stream, t);
             }
         }
@@ -1127,7 +1149,7 @@ impl XdsClient {
         let ts = &mut stream.types[t];
         ts.dirty = false;
         ts.ever_sent = true;
-        let names: Vec<Arc<str>> = srv.types[t].subscribed.iter().cloned().collect();
+        let names = std::mem::take(&mut ts.new_names);
         let error_detail = ts.nack.take().map(|message| crate::pb::google::rpc::Status {
             code: Code::INVALID_ARGUMENT.0,
             message,
@@ -1136,7 +1158,7 @@ impl XdsClient {
         let request = discovery::DiscoveryRequest {
             version_info: srv.types[t].version.clone(),
             node: (!stream.sent_node).then(|| self.node.clone()),
-            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            resource_names: srv.types[t].subscribed.iter().map(|n| n.to_string()).collect(),
             resource_locators: Vec::new(),
             type_url: self.types[t].type_url().to_string(),
             response_nonce: ts.nonce.clone(),
@@ -1396,7 +1418,7 @@ impl XdsClient {
         // Every named resource of the response in order, and where each name sits.
         let count = response.resources.len();
         let mut items: Vec<(Arc<str>, Outcome)> = Vec::with_capacity(count);
-        let mut index: HashMap<Arc<str>, usize> = HashMap::with_capacity(count);
+        let mut index: HashMap<Arc<str>, usize> = HashMap::with_capacity_and_hasher(count, Default::default());
         let last_names = std::mem::take(&mut self.servers[server].types[t].last_names);
         let mut order: Vec<Option<Arc<str>>> = Vec::with_capacity(count);
 

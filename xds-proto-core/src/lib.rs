@@ -30,6 +30,11 @@ pub use client::{
 pub use resource::{DecodeError, ResourceValue, XdsResourceType};
 pub use time::Instant;
 
+/// The hash map the core uses: foldhash with a fixed seed. Deterministic (the same
+/// inputs give the same iteration order on every run) and free of OS randomness, unlike
+/// `std`'s `RandomState`; fast on the short string keys of resource names.
+pub(crate) type DetHashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+
 /// Prost types generated from the vendored Envoy/xDS protos (see `proto/README.md`).
 pub mod pb {
     #![allow(missing_docs, clippy::all, rustdoc::all)]
