@@ -811,15 +811,15 @@ impl XdsClient {
         }
         // A new uncached resource while the active server is failing: fall back (A71),
         // or tell the watcher at once.
-        if let Some(err) = conn {
-            if !self.maybe_fallback(authority) {
-                self.actions.push_back(Action::Notify(Notification {
-                    watcher: id,
-                    type_url,
-                    name: name.clone(),
-                    event: WatchEvent::Changed(Err(err)),
-                }));
-            }
+        if let Some(err) = conn
+            && !self.maybe_fallback(authority)
+        {
+            self.actions.push_back(Action::Notify(Notification {
+                watcher: id,
+                type_url,
+                name: name.clone(),
+                event: WatchEvent::Changed(Err(err)),
+            }));
         }
         for server in self.authorities[authority].in_use().to_vec() {
             if self.subscribe(server, t, &name) {
@@ -924,13 +924,13 @@ impl XdsClient {
     /// the state of its servers) on first use.
     fn authority_for(&mut self, t: TypeIdx, name: &str) -> Result<usize, WatchError> {
         let parsed = names::parse_xdstp(name).map_err(WatchError::InvalidName)?;
-        if let Some(p) = &parsed {
-            if p.resource_type != names::message_type(self.types[t].type_url()) {
-                return Err(WatchError::InvalidName(names::NameError {
-                    name: name.to_string(),
-                    reason: "the resource type in the name is not the watched type",
-                }));
-            }
+        if let Some(p) = &parsed
+            && p.resource_type != names::message_type(self.types[t].type_url())
+        {
+            return Err(WatchError::InvalidName(names::NameError {
+                name: name.to_string(),
+                reason: "the resource type in the name is not the watched type",
+            }));
         }
         let authority = parsed.as_ref().map(|p| p.authority);
         if let Some(i) = self.authorities.iter().position(|a| a.name.as_deref() == authority) {
@@ -1552,16 +1552,16 @@ impl XdsClient {
                 }
                 continue;
             };
-            if let Some(c) = entry.cached.as_mut() {
-                if c.raw == raw || c.value.equals(&value) {
-                    // Unchanged: no notification. Keep the newest bytes for CSDS, copied so
-                    // that the response buffer is not kept alive by one resource.
-                    if c.raw != raw {
-                        c.raw = Bytes::copy_from_slice(&raw);
-                    }
-                    c.version = version.clone();
-                    continue;
+            if let Some(c) = entry.cached.as_mut()
+                && (c.raw == raw || c.value.equals(&value))
+            {
+                // Unchanged: no notification. Keep the newest bytes for CSDS, copied so
+                // that the response buffer is not kept alive by one resource.
+                if c.raw != raw {
+                    c.raw = Bytes::copy_from_slice(&raw);
                 }
+                c.version = version.clone();
+                continue;
             }
             entry.cached = Some(Cached {
                 value: value.clone(),
