@@ -17,9 +17,11 @@
 pub mod backoff;
 pub mod bootstrap;
 pub mod client;
+pub mod dependency;
 pub mod names;
 pub mod pool;
 pub mod resource;
+pub mod selector;
 pub mod time;
 
 pub use bootstrap::Bootstrap;

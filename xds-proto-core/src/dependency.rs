@@ -1,0 +1,708 @@
+//! The xDS dependency manager (gRFC A74): from one listener name to one consistent
+//! [`XdsConfig`].
+//!
+//! It watches the listener (LDS), its route configuration (RDS, or the one inline in the
+//! HCM), the clusters the chosen virtual host's routes use (CDS; aggregate clusters
+//! recursively, with cycle and depth checks), and each EDS cluster's endpoints (EDS, by
+//! `eds_service_name` or the cluster name). When every one of those resources has
+//! arrived (as a value or as an error), it emits an [`XdsConfig`] holding all of them.
+//! As in A74, a cluster's failure (missing, invalid, an aggregate cycle or too deep a
+//! graph) stays inside the config as that cluster's error, and an EDS failure as its
+//! resolution note, so one bad cluster does not fail RPCs routed elsewhere; a listener
+//! or route-configuration error (missing, invalid, no virtual host for the authority)
+//! is emitted as an error instead. Watches nothing references any more are cancelled;
+//! while a new route configuration is awaited, the current clusters stay watched.
+//!
+//! It is a sans-IO layer on top of [`XdsClient`]: its methods take the client and `now`,
+//! the adapter hands it the notifications of its own watchers (see
+//! [`XdsDependencyManager::handle_notification`] and [`XdsDependencyManager::owns`]), and
+//! the result comes out of [`XdsDependencyManager::poll_update`]. Other watchers of the
+//! same client are untouched.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{
+    Code, ErrorKind, Notification, Status, WatchError, WatchEvent, WatcherId, XdsClient, XdsError,
+};
+use crate::resource::cluster::{ClusterResource, ClusterType};
+use crate::resource::endpoint::EndpointsResource;
+use crate::resource::listener::{HttpFilter, ListenerKind, ListenerResource, RouteSource};
+use crate::resource::route::{ClusterSpecifier, RouteAction, RouteConfigResource, VirtualHost};
+use crate::resource::type_url;
+use crate::selector::select_virtual_host;
+use crate::time::Instant;
+
+/// How deep an aggregate cluster graph may go below the route's cluster (gRPC's limit).
+pub const MAX_AGGREGATE_CLUSTER_DEPTH: usize = 16;
+
+/// Everything a channel needs for one xDS target, resolved consistently.
+#[derive(Clone, Debug, PartialEq)]
+pub struct XdsConfig {
+    /// The listener.
+    pub listener: Arc<ListenerResource>,
+    /// The route configuration (from RDS, or inline in the listener).
+    pub route_config: Arc<RouteConfigResource>,
+    /// The position of the chosen virtual host in `route_config.virtual_hosts`.
+    pub virtual_host_index: usize,
+    /// The HCM's `max_stream_duration` (A31's fallback timeout cap).
+    pub max_stream_duration: Option<Duration>,
+    /// The HCM's HTTP filters, ending with the router.
+    pub http_filters: Vec<HttpFilter>,
+    /// Every cluster of the routes and of their aggregate graphs, by name: its resolved
+    /// configuration, or the error that stands for it.
+    pub clusters: BTreeMap<String, Result<ClusterConfig, XdsError>>,
+}
+
+impl XdsConfig {
+    /// The virtual host chosen for the data-plane authority.
+    pub fn virtual_host(&self) -> &VirtualHost {
+        &self.route_config.virtual_hosts[self.virtual_host_index]
+    }
+
+    /// The entry for one cluster.
+    pub fn cluster(&self, name: &str) -> Option<&Result<ClusterConfig, XdsError>> {
+        self.clusters.get(name)
+    }
+}
+
+/// A resolved cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// The CDS resource.
+    pub cluster: Arc<ClusterResource>,
+    /// What it resolves to.
+    pub children: ClusterChildren,
+}
+
+/// What a cluster resolves to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterChildren {
+    /// An EDS cluster.
+    Endpoints {
+        /// The EDS resource name (`eds_service_name`, else the cluster name).
+        service_name: String,
+        /// The endpoints, or `None` when the EDS resource failed (see the note).
+        endpoints: Option<Arc<EndpointsResource>>,
+        /// Why there are no endpoints, when there are none.
+        resolution_note: Option<String>,
+    },
+    /// A LOGICAL_DNS cluster: the adapter resolves the name.
+    LogicalDns {
+        /// The hostname.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// An aggregate cluster: its leaf clusters in priority order (depth first,
+    /// duplicates and failed children left out).
+    Aggregate {
+        /// The leaf (EDS or LOGICAL_DNS) cluster names.
+        leaf_clusters: Vec<String>,
+    },
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    watcher: Option<WatcherId>,
+    state: Option<Result<Arc<T>, XdsError>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Owner {
+    Lds,
+    Rds,
+    Cds(String),
+    Eds(String),
+}
+
+#[derive(Clone, Debug)]
+enum Resolution {
+    Pending,
+    Leaves(Vec<String>),
+    Failed(String),
+}
+
+#[derive(Default)]
+struct Walk {
+    cds: BTreeSet<String>,
+    eds: BTreeSet<String>,
+    out: BTreeMap<String, Result<ClusterConfig, XdsError>>,
+    memo: BTreeMap<String, Resolution>,
+    ready: bool,
+}
+
+/// One target's dependency manager.
+///
+/// Drive it with the client: [`start`](Self::start) once, then for every
+/// `Action::Notify` whose watcher it [`owns`](Self::owns), call
+/// [`handle_notification`](Self::handle_notification) (it may watch or cancel through the
+/// client: keep draining the client's actions), and take results from
+/// [`poll_update`](Self::poll_update).
+#[derive(Debug)]
+pub struct XdsDependencyManager {
+    listener_name: String,
+    authority: String,
+    lds: Option<Slot<ListenerResource>>,
+    rds: Option<(String, Slot<RouteConfigResource>)>,
+    cds: BTreeMap<String, Slot<ClusterResource>>,
+    eds: BTreeMap<String, Slot<EndpointsResource>>,
+    owners: BTreeMap<WatcherId, Owner>,
+    subscriptions: BTreeMap<String, usize>,
+    inline: Option<(Arc<ListenerResource>, Arc<RouteConfigResource>)>,
+    last: Option<Result<Arc<XdsConfig>, XdsError>>,
+    pending: Option<Result<Arc<XdsConfig>, XdsError>>,
+}
+
+impl XdsDependencyManager {
+    /// A manager for the listener `listener_name`, choosing virtual hosts by
+    /// `data_plane_authority` (the target's authority, e.g. `foo.example.com` or
+    /// `foo.example.com:8443`).
+    pub fn new(
+        listener_name: impl Into<String>,
+        data_plane_authority: impl Into<String>,
+    ) -> XdsDependencyManager {
+        XdsDependencyManager {
+            listener_name: listener_name.into(),
+            authority: data_plane_authority.into(),
+            lds: None,
+            rds: None,
+            cds: BTreeMap::new(),
+            eds: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            subscriptions: BTreeMap::new(),
+            inline: None,
+            last: None,
+            pending: None,
+        }
+    }
+
+    // ----- getters -----
+
+    /// The listener name.
+    pub fn listener_name(&self) -> &str {
+        &self.listener_name
+    }
+
+    /// The data-plane authority virtual hosts are chosen by.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// Whether `watcher` is one of this manager's live watches.
+    pub fn owns(&self, watcher: WatcherId) -> bool {
+        self.owners.contains_key(&watcher)
+    }
+
+    /// The resources watched now, as `(type URL, name)`, sorted.
+    pub fn watched(&self) -> Vec<(&'static str, String)> {
+        let mut out: Vec<(&'static str, String)> = self
+            .owners
+            .values()
+            .map(|o| match o {
+                Owner::Lds => (type_url::LISTENER, self.listener_name.clone()),
+                Owner::Rds => (
+                    type_url::ROUTE_CONFIGURATION,
+                    self.rds
+                        .as_ref()
+                        .map(|(n, _)| n.clone())
+                        .unwrap_or_default(),
+                ),
+                Owner::Cds(n) => (type_url::CLUSTER, n.clone()),
+                Owner::Eds(n) => (type_url::CLUSTER_LOAD_ASSIGNMENT, n.clone()),
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The last update emitted (what the channel should be using).
+    pub fn current(&self) -> Option<&Result<Arc<XdsConfig>, XdsError>> {
+        self.last.as_ref()
+    }
+
+    // ----- inputs -----
+
+    /// Starts watching the listener. Calling it again does nothing.
+    pub fn start(&mut self, client: &mut XdsClient, now: Instant) -> Result<(), WatchError> {
+        if self.lds.is_some() {
+            return Ok(());
+        }
+        let watcher = client.watch(type_url::LISTENER, &self.listener_name, now)?;
+        self.owners.insert(watcher, Owner::Lds);
+        self.lds = Some(Slot {
+            watcher: Some(watcher),
+            state: None,
+        });
+        Ok(())
+    }
+
+    /// Cancels every watch. The manager can be started again.
+    pub fn stop(&mut self, client: &mut XdsClient, now: Instant) {
+        for watcher in self.owners.keys() {
+            client.cancel_watch(*watcher, now);
+        }
+        self.owners.clear();
+        self.lds = None;
+        self.rds = None;
+        self.cds.clear();
+        self.eds.clear();
+        self.inline = None;
+    }
+
+    /// Feeds a notification. Returns false, doing nothing, when its watcher is not one of
+    /// this manager's (another watcher of the client, or a watch it has cancelled).
+    /// Ambient errors are absorbed: the config built from the cached value stays valid.
+    pub fn handle_notification(
+        &mut self,
+        client: &mut XdsClient,
+        notification: &Notification,
+        now: Instant,
+    ) -> bool {
+        let Some(owner) = self.owners.get(&notification.watcher).cloned() else {
+            return false;
+        };
+        let event = match &notification.event {
+            WatchEvent::AmbientError(_) => return true,
+            WatchEvent::Changed(event) => event,
+        };
+        fn typed<T: Send + Sync + 'static>(
+            event: &Result<crate::ResourceValue, XdsError>,
+            what: &str,
+        ) -> Result<Arc<T>, XdsError> {
+            match event {
+                Ok(value) => value.downcast_arc::<T>().ok_or_else(|| XdsError {
+                    kind: ErrorKind::Invalid,
+                    status: Status::new(
+                        Code::INTERNAL,
+                        format!("{what}: unexpected resource value type"),
+                    ),
+                }),
+                Err(e) => Err(e.clone()),
+            }
+        }
+        match owner {
+            Owner::Lds => {
+                if let Some(slot) = &mut self.lds {
+                    slot.state = Some(typed(event, "Listener"));
+                }
+            }
+            Owner::Rds => {
+                if let Some((_, slot)) = &mut self.rds {
+                    slot.state = Some(typed(event, "RouteConfiguration"));
+                }
+            }
+            Owner::Cds(name) => {
+                if let Some(slot) = self.cds.get_mut(&name) {
+                    slot.state = Some(typed(event, "Cluster"));
+                }
+            }
+            Owner::Eds(name) => {
+                if let Some(slot) = self.eds.get_mut(&name) {
+                    slot.state = Some(typed(event, "ClusterLoadAssignment"));
+                }
+            }
+        }
+        self.update(client, now);
+        true
+    }
+
+    /// Adds a reference to a cluster outside the routes (A74 dynamic subscriptions, e.g.
+    /// a target an RLS plugin returned): it is watched and resolved into the config until
+    /// [`unsubscribe_cluster`](Self::unsubscribe_cluster) drops the last reference.
+    pub fn subscribe_cluster(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+        *self.subscriptions.entry(name.to_owned()).or_default() += 1;
+        self.update(client, now);
+    }
+
+    /// Drops a reference taken with [`subscribe_cluster`](Self::subscribe_cluster).
+    pub fn unsubscribe_cluster(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+        if let Some(count) = self.subscriptions.get_mut(name) {
+            *count -= 1;
+            if *count == 0 {
+                self.subscriptions.remove(name);
+            }
+            self.update(client, now);
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The latest update not yet taken, if any (updates are coalesced: only the newest
+    /// one is kept). `Err` means the target cannot be routed: RPCs fail with its status.
+    pub fn poll_update(&mut self) -> Option<Result<Arc<XdsConfig>, XdsError>> {
+        self.pending.take()
+    }
+
+    // ----- internals -----
+
+    fn emit(&mut self, update: Result<Arc<XdsConfig>, XdsError>) {
+        let same = match (&self.last, &update) {
+            (Some(Ok(a)), Ok(b)) => a == b,
+            (Some(Err(a)), Err(b)) => a == b,
+            _ => false,
+        };
+        if !same {
+            self.last = Some(update.clone());
+            self.pending = Some(update);
+        }
+    }
+
+    fn fail(&mut self, client: &mut XdsClient, now: Instant, error: XdsError, keep_rds: bool) {
+        if !keep_rds {
+            self.cancel_rds(client, now);
+        }
+        self.retain_clusters(client, now, &BTreeSet::new(), &BTreeSet::new());
+        self.emit(Err(error));
+    }
+
+    fn cancel_rds(&mut self, client: &mut XdsClient, now: Instant) {
+        if let Some((
+            _,
+            Slot {
+                watcher: Some(w), ..
+            },
+        )) = self.rds.take()
+        {
+            self.owners.remove(&w);
+            client.cancel_watch(w, now);
+        }
+    }
+
+    fn ensure_rds(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+        if self.rds.as_ref().is_some_and(|(n, _)| n == name) {
+            return;
+        }
+        self.cancel_rds(client, now);
+        let slot = watch_slot(
+            client,
+            &mut self.owners,
+            type_url::ROUTE_CONFIGURATION,
+            name,
+            now,
+            Owner::Rds,
+        );
+        self.rds = Some((name.to_owned(), slot));
+    }
+
+    fn ensure_cds(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+        if !self.cds.contains_key(name) {
+            let slot = watch_slot(
+                client,
+                &mut self.owners,
+                type_url::CLUSTER,
+                name,
+                now,
+                Owner::Cds(name.to_owned()),
+            );
+            self.cds.insert(name.to_owned(), slot);
+        }
+    }
+
+    fn ensure_eds(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+        if !self.eds.contains_key(name) {
+            let slot = watch_slot(
+                client,
+                &mut self.owners,
+                type_url::CLUSTER_LOAD_ASSIGNMENT,
+                name,
+                now,
+                Owner::Eds(name.to_owned()),
+            );
+            self.eds.insert(name.to_owned(), slot);
+        }
+    }
+
+    fn retain_clusters(
+        &mut self,
+        client: &mut XdsClient,
+        now: Instant,
+        cds: &BTreeSet<String>,
+        eds: &BTreeSet<String>,
+    ) {
+        let owners = &mut self.owners;
+        let mut cancel = |watcher: &Option<WatcherId>| {
+            if let Some(w) = *watcher {
+                owners.remove(&w);
+                client.cancel_watch(w, now);
+            }
+        };
+        self.cds.retain(|name, slot| {
+            let keep = cds.contains(name);
+            if !keep {
+                cancel(&slot.watcher);
+            }
+            keep
+        });
+        self.eds.retain(|name, slot| {
+            let keep = eds.contains(name);
+            if !keep {
+                cancel(&slot.watcher);
+            }
+            keep
+        });
+    }
+
+    /// Recomputes the config from the watched state: starts and cancels watches, and
+    /// emits when everything is resolved.
+    fn update(&mut self, client: &mut XdsClient, now: Instant) {
+        let listener = match self.lds.as_ref().and_then(|s| s.state.clone()) {
+            None => return,
+            Some(Err(e)) => {
+                let e = context_error("Listener", &self.listener_name, &e);
+                return self.fail(client, now, e, false);
+            }
+            Some(Ok(listener)) => listener,
+        };
+        let hcm = match &listener.kind {
+            ListenerKind::Client(hcm) => hcm,
+            ListenerKind::Server { .. } => {
+                let e = invalid(format!(
+                    "Listener {:?} is not an API listener (it is a server listener)",
+                    self.listener_name
+                ));
+                return self.fail(client, now, e, false);
+            }
+        };
+        let route_config = match &hcm.route_config {
+            RouteSource::Inline(rc) => {
+                self.cancel_rds(client, now);
+                match &self.inline {
+                    Some((l, rc)) if Arc::ptr_eq(l, &listener) => rc.clone(),
+                    _ => {
+                        let rc = Arc::new((**rc).clone());
+                        self.inline = Some((listener.clone(), rc.clone()));
+                        rc
+                    }
+                }
+            }
+            RouteSource::Rds(name) => {
+                self.inline = None;
+                self.ensure_rds(client, name, now);
+                match self.rds.as_ref().and_then(|(_, s)| s.state.clone()) {
+                    // Waiting for the (new) route configuration: keep the cluster watches
+                    // the current config uses.
+                    None => return,
+                    Some(Err(e)) => {
+                        let e = context_error("RouteConfiguration", name, &e);
+                        return self.fail(client, now, e, true);
+                    }
+                    Some(Ok(rc)) => rc,
+                }
+            }
+        };
+        let Some(virtual_host_index) =
+            select_virtual_host(&route_config.virtual_hosts, &self.authority)
+        else {
+            let e = invalid(format!(
+                "could not find VirtualHost for {:?} in RouteConfiguration {:?}",
+                self.authority, route_config.name
+            ));
+            return self.fail(client, now, e, true);
+        };
+        let mut roots: BTreeSet<String> = self.subscriptions.keys().cloned().collect();
+        for route in &route_config.virtual_hosts[virtual_host_index].routes {
+            if let RouteAction::Forward(f) = &route.action {
+                match &f.cluster {
+                    ClusterSpecifier::Cluster(name) => {
+                        roots.insert(name.clone());
+                    }
+                    ClusterSpecifier::WeightedClusters(wcs) => {
+                        roots.extend(wcs.iter().map(|wc| wc.name.clone()));
+                    }
+                    ClusterSpecifier::ClusterSpecifierPlugin(_) => {}
+                }
+            }
+        }
+        let mut walk = Walk {
+            ready: true,
+            ..Walk::default()
+        };
+        for root in &roots {
+            self.resolve(client, now, root, 0, &mut Vec::new(), &mut walk);
+        }
+        self.retain_clusters(client, now, &walk.cds, &walk.eds);
+        if !walk.ready {
+            return;
+        }
+        let config = XdsConfig {
+            listener: listener.clone(),
+            route_config,
+            virtual_host_index,
+            max_stream_duration: hcm.max_stream_duration,
+            http_filters: hcm.http_filters.clone(),
+            clusters: walk.out,
+        };
+        self.emit(Ok(Arc::new(config)));
+    }
+
+    /// Resolves one cluster (recursively for aggregates), watching what it needs.
+    fn resolve(
+        &mut self,
+        client: &mut XdsClient,
+        now: Instant,
+        name: &str,
+        depth: usize,
+        stack: &mut Vec<String>,
+        walk: &mut Walk,
+    ) -> Resolution {
+        if let Some(done) = walk.memo.get(name) {
+            return done.clone();
+        }
+        if depth > MAX_AGGREGATE_CLUSTER_DEPTH {
+            return Resolution::Failed(format!(
+                "aggregate cluster graph exceeds the maximum depth of {MAX_AGGREGATE_CLUSTER_DEPTH}"
+            ));
+        }
+        walk.cds.insert(name.to_owned());
+        self.ensure_cds(client, name, now);
+        let state = self.cds.get(name).and_then(|s| s.state.clone());
+        let resolution = match state {
+            None => Resolution::Pending,
+            Some(Err(e)) => {
+                let e = context_error("Cluster", name, &e);
+                let message = e.status.message.clone();
+                walk.out.insert(name.to_owned(), Err(e));
+                Resolution::Failed(message)
+            }
+            Some(Ok(cluster)) => match &cluster.cluster_type {
+                ClusterType::Eds { service_name } => {
+                    let eds_name = service_name.clone().unwrap_or_else(|| name.to_owned());
+                    walk.eds.insert(eds_name.clone());
+                    self.ensure_eds(client, &eds_name, now);
+                    match self.eds.get(&eds_name).and_then(|s| s.state.clone()) {
+                        None => Resolution::Pending,
+                        Some(state) => {
+                            let (endpoints, resolution_note) = match state {
+                                Ok(e) => (Some(e), None),
+                                Err(e) => (
+                                    None,
+                                    Some(
+                                        context_error("ClusterLoadAssignment", &eds_name, &e)
+                                            .status
+                                            .message,
+                                    ),
+                                ),
+                            };
+                            let children = ClusterChildren::Endpoints {
+                                service_name: eds_name,
+                                endpoints,
+                                resolution_note,
+                            };
+                            walk.out
+                                .insert(name.to_owned(), Ok(ClusterConfig { cluster, children }));
+                            Resolution::Leaves(vec![name.to_owned()])
+                        }
+                    }
+                }
+                ClusterType::LogicalDns { host, port } => {
+                    let children = ClusterChildren::LogicalDns {
+                        host: host.clone(),
+                        port: *port,
+                    };
+                    walk.out
+                        .insert(name.to_owned(), Ok(ClusterConfig { cluster, children }));
+                    Resolution::Leaves(vec![name.to_owned()])
+                }
+                ClusterType::Aggregate { clusters } => {
+                    stack.push(name.to_owned());
+                    let mut leaves: Vec<String> = Vec::new();
+                    let mut problems: Vec<String> = Vec::new();
+                    let mut pending = false;
+                    for child in clusters {
+                        if stack.iter().any(|s| s == child) {
+                            let path: Vec<String> =
+                                stack.iter().map(|s| format!("{s:?}")).collect();
+                            problems.push(format!("cycle {} -> {child:?}", path.join(" -> ")));
+                            continue;
+                        }
+                        match self.resolve(client, now, child, depth + 1, stack, walk) {
+                            Resolution::Pending => pending = true,
+                            Resolution::Leaves(ls) => {
+                                for l in ls {
+                                    if !leaves.contains(&l) {
+                                        leaves.push(l);
+                                    }
+                                }
+                            }
+                            Resolution::Failed(why) => problems.push(format!("{child:?}: {why}")),
+                        }
+                    }
+                    stack.pop();
+                    if pending {
+                        Resolution::Pending
+                    } else if leaves.is_empty() {
+                        let e = invalid(format!(
+                            "aggregate cluster {name:?} has no usable leaf clusters: {}",
+                            problems.join("; ")
+                        ));
+                        let message = e.status.message.clone();
+                        walk.out.insert(name.to_owned(), Err(e));
+                        Resolution::Failed(message)
+                    } else {
+                        let children = ClusterChildren::Aggregate {
+                            leaf_clusters: leaves.clone(),
+                        };
+                        walk.out
+                            .insert(name.to_owned(), Ok(ClusterConfig { cluster, children }));
+                        Resolution::Leaves(leaves)
+                    }
+                }
+            },
+        };
+        match resolution {
+            Resolution::Pending => walk.ready = false,
+            ref done => {
+                walk.memo.insert(name.to_owned(), done.clone());
+            }
+        }
+        resolution
+    }
+}
+
+/// Starts a watch, turning a refused watch into the slot's error.
+fn watch_slot<T>(
+    client: &mut XdsClient,
+    owners: &mut BTreeMap<WatcherId, Owner>,
+    type_url: &'static str,
+    name: &str,
+    now: Instant,
+    owner: Owner,
+) -> Slot<T> {
+    match client.watch(type_url, name, now) {
+        Ok(watcher) => {
+            owners.insert(watcher, owner);
+            Slot {
+                watcher: Some(watcher),
+                state: None,
+            }
+        }
+        Err(e) => Slot {
+            watcher: None,
+            state: Some(Err(invalid(format!("cannot watch {name:?}: {e}")))),
+        },
+    }
+}
+
+fn invalid(message: String) -> XdsError {
+    XdsError {
+        kind: ErrorKind::Invalid,
+        status: Status::new(Code::UNAVAILABLE, message),
+    }
+}
+
+/// The error a resource's failure stands for in the config: UNAVAILABLE (what RPCs fail
+/// with), same kind, and a message that names the resource.
+fn context_error(what: &str, name: &str, e: &XdsError) -> XdsError {
+    let quoted = format!("{name:?}");
+    let message = if e.status.message.contains(&quoted) {
+        e.status.message.clone()
+    } else {
+        format!("{what} {quoted}: {}", e.status.message)
+    };
+    XdsError {
+        kind: e.kind,
+        status: Status::new(Code::UNAVAILABLE, message),
+    }
+}
