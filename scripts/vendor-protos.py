@@ -9,25 +9,9 @@ protoc nor network. Re-run after bumping envoy-types:
 import glob, os, re, shutil, sys
 
 ENVOY_TYPES_VERSION = "0.7.7"
-ROOTS = [
-    "envoy/service/discovery/v3/discovery.proto",
-    "envoy/service/status/v3/csds.proto",
-    "envoy/config/listener/v3/listener.proto",
-    "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto",
-    "envoy/extensions/filters/http/router/v3/router.proto",
-    "envoy/config/route/v3/route.proto",
-    "envoy/config/cluster/v3/cluster.proto",
-    "envoy/config/endpoint/v3/endpoint.proto",
-    "envoy/extensions/clusters/aggregate/v3/cluster.proto",
-    "envoy/extensions/transport_sockets/tls/v3/tls.proto",
-    "envoy/extensions/load_balancing_policies/round_robin/v3/round_robin.proto",
-    "envoy/extensions/load_balancing_policies/ring_hash/v3/ring_hash.proto",
-    "envoy/extensions/load_balancing_policies/least_request/v3/least_request.proto",
-    "envoy/extensions/load_balancing_policies/wrr_locality/v3/wrr_locality.proto",
-    "envoy/extensions/load_balancing_policies/client_side_weighted_round_robin/v3/client_side_weighted_round_robin.proto",
-    "envoy/extensions/load_balancing_policies/pick_first/v3/pick_first.proto",
-    "google/rpc/status.proto",
-]
+def read_roots(path):
+    with open(path) as f:
+        return [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
 
 def main():
     home = os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo"))
@@ -44,8 +28,14 @@ def main():
                 return p
         return None
     dest = os.path.join(os.path.dirname(__file__), "..", "xds-proto-core", "proto")
+    roots = read_roots(os.path.join(dest, "ROOTS"))
+    keep = {name: open(os.path.join(dest, name)).read() for name in ("ROOTS", "README.md")}
     shutil.rmtree(dest, ignore_errors=True)
-    seen, todo = set(), list(ROOTS)
+    os.makedirs(dest)
+    for name, text in keep.items():
+        with open(os.path.join(dest, name), "w") as f:
+            f.write(text)
+    seen, todo = set(), list(roots)
     while todo:
         rel = todo.pop()
         if rel in seen or rel.startswith("google/protobuf/"):
