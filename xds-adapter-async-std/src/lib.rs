@@ -8,7 +8,8 @@
 //!
 //! The public API is the tokio adapter's: a cloneable, `Send + Sync` [`Client`] owning
 //! a driver task, typed watch streams that cancel on drop, channel events, CSDS and a
-//! graceful shutdown. tonic's gRPC client runs on the async-std executor over an
+//! graceful shutdown, and a [`ClientPool`] of per-target clients (gRFC A71) whose
+//! [`CsdsService`] any HTTP/2 server can serve (the tokio adapter has a ready server). tonic's gRPC client runs on the async-std executor over an
 //! async-std `TcpStream` (TLS through rustls, HTTP/2 through hyper, both over
 //! `futures-io`). tokio's crates may be compiled in as libraries, but no tokio runtime
 //! is started or needed: the core drives every deadline through async-std's timer.
@@ -40,7 +41,7 @@ use std::time::Duration;
 use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::{
     ChannelEvent, ChannelEventStream, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
-    Error, RawWatchStream, Runtime, TransportSettings, WatchStream, WatchUpdate,
+    Error, RawWatchStream, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
@@ -50,8 +51,18 @@ pub use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
 /// The xDS client on async-std. See the crate documentation.
 pub type Client = xds_adapter_common::Client<AsyncStdRuntime>;
 
-/// Configures a [`Client`]: `Client::builder(bootstrap)...build()`.
+/// Configures a [`Client`] (`Client::builder(bootstrap)...build()`) or a
+/// [`ClientPool`] (`...build_pool()`).
 pub type ClientBuilder = xds_adapter_common::ClientBuilder<AsyncStdRuntime>;
+
+/// Per-target clients on async-std (gRFC A71): one shared [`Client`] per data-plane
+/// target ([`SERVER_TARGET`] for xDS-enabled servers), all on one parsed bootstrap.
+/// See [`xds_adapter_common::ClientPool`].
+pub type ClientPool = xds_adapter_common::ClientPool<AsyncStdRuntime>;
+
+/// The CSDS gRPC service of a [`ClientPool`], as a tower service over HTTP/2 requests,
+/// for any HTTP/2 server that runs on async-std.
+pub type CsdsService = xds_adapter_common::CsdsService<AsyncStdRuntime>;
 
 /// Loads the bootstrap the way gRPC does: the file named by `GRPC_XDS_BOOTSTRAP`,
 /// else the JSON in `GRPC_XDS_BOOTSTRAP_CONFIG`.

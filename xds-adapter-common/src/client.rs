@@ -1,5 +1,5 @@
 //! The client handle: cloneable, `Send + Sync`, and the only way to reach the driver
-//! task that owns the core.
+//! task that owns the core; and its builder, which also builds a [`ClientPool`].
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -11,12 +11,15 @@ use futures::channel::oneshot;
 use xds_proto_core::backoff::BackoffConfig;
 use xds_proto_core::bootstrap::BootstrapError;
 use xds_proto_core::client::DuplicateTypeError;
+use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use xds_proto_core::resource::DecodeError;
 use xds_proto_core::{
     Bootstrap, ClientConfig, ResourceSnapshot, WatchError, XdsClient, XdsResourceType,
 };
 
 use crate::driver::{Command, Driver};
+use crate::pool::ClientPool;
 use crate::runtime::Runtime;
 use crate::transport::TransportSettings;
 use crate::watch::{ChannelEventStream, RawWatchStream, WatchStream};
@@ -72,9 +75,31 @@ impl From<WatchError> for Error {
     }
 }
 
-type Registration = Box<dyn FnOnce(&mut XdsClient) -> Result<(), DuplicateTypeError> + Send>;
+/// Registers a user-defined type on a new core; callable once per client, so that a
+/// pool can register the same types on every instance it creates.
+type Registration = Arc<dyn Fn(&mut XdsClient) -> Result<(), DuplicateTypeError> + Send + Sync>;
 
-/// Configures and starts a [`Client`].
+/// A registered type shared by every core a builder (or a pool) creates: the core takes
+/// its types by value, so each core gets this thin handle on the one instance.
+struct SharedType<T>(Arc<T>);
+
+impl<T: XdsResourceType> XdsResourceType for SharedType<T> {
+    type Value = T::Value;
+
+    fn type_url(&self) -> &'static str {
+        self.0.type_url()
+    }
+
+    fn all_resources_required_in_sotw(&self) -> bool {
+        self.0.all_resources_required_in_sotw()
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<(String, T::Value), DecodeError> {
+        self.0.decode(bytes)
+    }
+}
+
+/// Configures and starts a [`Client`], or a [`ClientPool`] of per-target clients.
 pub struct ClientBuilder<R> {
     config: ClientConfig,
     settings: TransportSettings,
@@ -91,6 +116,18 @@ impl<R> fmt::Debug for ClientBuilder<R> {
             .field("seed", &self.seed)
             .field("custom_types", &self.registrations.len())
             .finish_non_exhaustive()
+    }
+}
+
+impl<R: Clone> Clone for ClientBuilder<R> {
+    fn clone(&self) -> Self {
+        ClientBuilder {
+            config: self.config.clone(),
+            settings: self.settings.clone(),
+            seed: self.seed,
+            registrations: self.registrations.clone(),
+            runtime: self.runtime.clone(),
+        }
     }
 }
 
@@ -144,7 +181,8 @@ impl<R: Runtime> ClientBuilder<R> {
         self
     }
 
-    /// The seed of the backoff jitter (default: drawn from the OS).
+    /// The seed of the backoff jitter (default: drawn from the OS). A pool derives
+    /// each instance's seed from it and the instance's target.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -152,8 +190,11 @@ impl<R: Runtime> ClientBuilder<R> {
 
     /// Adds a user-defined resource type, watchable with [`Client::watch_with`].
     pub fn register_type<T: XdsResourceType>(mut self, ty: T) -> Self {
+        let ty = Arc::new(ty);
         self.registrations
-            .push(Box::new(move |core: &mut XdsClient| core.register_type(ty)));
+            .push(Arc::new(move |core: &mut XdsClient| {
+                core.register_type(SharedType(ty.clone()))
+            }));
         self
     }
 
@@ -174,24 +215,59 @@ impl<R: Runtime> ClientBuilder<R> {
     /// [`Error::NoRuntime`] when no runtime was given and the calling context has none;
     /// [`Error::DuplicateType`] when a type was registered twice.
     pub fn build(self) -> Result<Client<R>, Error> {
-        let rt = match self.runtime {
-            Some(rt) => rt,
-            None => R::current().map_err(Error::NoRuntime)?,
-        };
+        let rt = self.resolve_runtime()?;
         let seed = self.seed.unwrap_or_else(random_seed);
+        self.spawn(&rt, seed, None)
+    }
+
+    /// Builds a [`ClientPool`]: one client per data-plane target, each created on first
+    /// use with this builder's settings, all sharing its parsed bootstrap.
+    ///
+    /// # Errors
+    /// As for [`build`](Self::build); no client is started yet.
+    pub fn build_pool(self) -> Result<ClientPool<R>, Error> {
+        let rt = self.resolve_runtime()?;
+        // Fail now, not on the pool's first use, when the types clash.
+        let mut probe = XdsClient::new(self.config.clone(), 0);
+        for register in &self.registrations {
+            register(&mut probe).map_err(Error::DuplicateType)?;
+        }
+        let seed = self.seed.unwrap_or_else(random_seed);
+        Ok(ClientPool::new(self, rt, seed))
+    }
+
+    pub(crate) fn config_ref(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    fn resolve_runtime(&self) -> Result<R, Error> {
+        match &self.runtime {
+            Some(rt) => Ok(rt.clone()),
+            None => R::current().map_err(Error::NoRuntime),
+        }
+    }
+
+    /// Creates a core with these settings, starts its driver on `rt`, and returns the
+    /// handle (tagged with its pool `target`, if any).
+    pub(crate) fn spawn(
+        &self,
+        rt: &R,
+        seed: u64,
+        target: Option<Arc<str>>,
+    ) -> Result<Client<R>, Error> {
         let bootstrap = self.config.bootstrap.clone();
-        let mut core = XdsClient::new(self.config, seed);
-        for register in self.registrations {
+        let mut core = XdsClient::new(self.config.clone(), seed);
+        for register in &self.registrations {
             register(&mut core).map_err(Error::DuplicateType)?;
         }
         let (commands, rx) = mpsc::unbounded();
-        let driver = Driver::new(core, rt.clone(), self.settings, rx);
+        let driver = Driver::new(core, rt.clone(), self.settings.clone(), rx);
         rt.spawn(Box::pin(driver.run()));
-        Ok(Client {
+        Ok(Client::from_inner(Arc::new(Inner {
             commands,
             bootstrap,
-            _runtime: PhantomData,
-        })
+            target,
+        })))
     }
 }
 
@@ -209,26 +285,30 @@ fn random_seed() -> u64 {
 /// The driver runs until [`shutdown`](Self::shutdown), or until every handle and every
 /// watch stream is dropped.
 pub struct Client<R> {
-    commands: UnboundedSender<Command>,
-    bootstrap: Arc<Bootstrap>,
+    inner: Arc<Inner>,
     _runtime: PhantomData<fn() -> R>,
+}
+
+/// What every handle and watch stream of one client shares. The driver stops when the
+/// last one is dropped (the command channel closes); a pool holds it only weakly.
+pub(crate) struct Inner {
+    pub(crate) commands: UnboundedSender<Command>,
+    bootstrap: Arc<Bootstrap>,
+    target: Option<Arc<str>>,
 }
 
 impl<R> Clone for Client<R> {
     fn clone(&self) -> Self {
-        Client {
-            commands: self.commands.clone(),
-            bootstrap: self.bootstrap.clone(),
-            _runtime: PhantomData,
-        }
+        Client::from_inner(self.inner.clone())
     }
 }
 
 impl<R> fmt::Debug for Client<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("servers", &self.bootstrap.xds_servers)
-            .field("running", &!self.commands.is_closed())
+            .field("target", &self.inner.target)
+            .field("servers", &self.inner.bootstrap.xds_servers)
+            .field("running", &self.is_running())
             .finish()
     }
 }
@@ -250,14 +330,38 @@ impl<R: Runtime> Client<R> {
 }
 
 impl<R> Client<R> {
-    /// The bootstrap the client runs on.
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Client<R> {
+        Client {
+            inner,
+            _runtime: PhantomData,
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// The bootstrap the client runs on (for a pool's clients: the pool's one parsed
+    /// bootstrap, shared).
     pub fn bootstrap(&self) -> &Arc<Bootstrap> {
-        &self.bootstrap
+        &self.inner.bootstrap
+    }
+
+    /// The data-plane target this client serves in its [`ClientPool`] (its CSDS
+    /// `client_scope`); `None` for a client built on its own.
+    pub fn target(&self) -> Option<&str> {
+        self.inner.target.as_deref()
+    }
+
+    /// Whether `self` and `other` are handles to the same client (the same driver and
+    /// core).
+    pub fn same_client(&self, other: &Client<R>) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Whether the driver is still running.
     pub fn is_running(&self) -> bool {
-        !self.commands.is_closed()
+        !self.inner.commands.is_closed()
     }
 
     /// Watches a resource of a built-in or registered type, e.g.
@@ -308,7 +412,7 @@ impl<R> Client<R> {
         let watcher = answer.await.map_err(|_| Error::Shutdown)??;
         Ok(RawWatchStream::new(
             events,
-            self.commands.clone(),
+            self.inner.clone(),
             watcher,
             type_url,
             name,
@@ -335,6 +439,20 @@ impl<R> Client<R> {
         answer.await.map_err(|_| Error::Shutdown)
     }
 
+    /// The client's CSDS `ClientConfig`: its node, every watched resource as a
+    /// `GenericXdsConfig`, and `client_scope` set to its [`target`](Self::target)
+    /// (empty for a client outside a pool).
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`] when the client has stopped.
+    pub async fn csds_client_config(&self) -> Result<CsdsClientConfig, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::ClientConfig(reply))?;
+        let mut config = answer.await.map_err(|_| Error::Shutdown)?;
+        config.client_scope = self.target().unwrap_or_default().to_string();
+        Ok(config)
+    }
+
     /// The servers the client has used, with each one's standing connectivity error.
     ///
     /// # Errors
@@ -349,7 +467,7 @@ impl<R> Client<R> {
     /// It ends when the client shuts down.
     pub fn channel_events(&self) -> ChannelEventStream {
         let (tx, events) = mpsc::unbounded();
-        let _ = self.commands.unbounded_send(Command::Subscribe(tx));
+        let _ = self.inner.commands.unbounded_send(Command::Subscribe(tx));
         ChannelEventStream { events }
     }
 
@@ -364,7 +482,8 @@ impl<R> Client<R> {
     }
 
     fn send(&self, command: Command) -> Result<(), Error> {
-        self.commands
+        self.inner
+            .commands
             .unbounded_send(command)
             .map_err(|_| Error::Shutdown)
     }

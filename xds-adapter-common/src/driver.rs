@@ -13,6 +13,7 @@ use futures::future::{AbortHandle, Abortable};
 use futures::{FutureExt, StreamExt};
 use tracing::Instrument;
 use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
     Action, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError, WatchEvent,
@@ -142,6 +143,8 @@ pub(crate) enum Command {
     Cancel(WatcherId),
     Snapshot(oneshot::Sender<Vec<ResourceSnapshot>>),
     Csds(oneshot::Sender<Vec<GenericXdsConfig>>),
+    /// The CSDS `ClientConfig` (node and resources; the handle sets the scope).
+    ClientConfig(oneshot::Sender<CsdsClientConfig>),
     ServerErrors(oneshot::Sender<Vec<(Arc<str>, Option<String>)>>),
     Subscribe(UnboundedSender<ChannelEvent>),
     Shutdown(oneshot::Sender<()>),
@@ -301,6 +304,13 @@ impl<R: Runtime> Driver<R> {
             }
             Command::Csds(reply) => {
                 let _ = reply.send(self.core.csds_configs());
+            }
+            Command::ClientConfig(reply) => {
+                let _ = reply.send(CsdsClientConfig {
+                    node: Some(self.core.node().clone()),
+                    generic_xds_configs: self.core.csds_configs(),
+                    ..Default::default()
+                });
             }
             Command::ServerErrors(reply) => {
                 let mut out = Vec::new();

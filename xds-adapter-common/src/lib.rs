@@ -6,6 +6,12 @@
 //! - the **drive loop** ([`Client`], `driver`): one task owns the `XdsClient`; handles
 //!   send it commands through a channel; after every input it drains
 //!   `poll_action()` and then sleeps until `poll_timeout()` on the runtime's timer;
+//! - the **client pool** ([`ClientPool`], gRFC A71): one shared [`Client`] per
+//!   data-plane target ([`SERVER_TARGET`] for xDS-enabled servers), all on one parsed
+//!   bootstrap, held weakly so that an unused target's client stops;
+//! - **CSDS** ([`CsdsService`]): the `ClientStatusDiscoveryService` gRPC service over a
+//!   pool, one `ClientConfig` per client with `client_scope` set to its target; each
+//!   driver answers for its own client, so a CSDS call never blocks a driver;
 //! - the **watch streams** ([`WatchStream`], [`RawWatchStream`]): a typed
 //!   `watch::<Cds>(name)` returns a `Stream` of [`WatchUpdate`]s, and dropping it
 //!   cancels the watch;
@@ -35,16 +41,20 @@
 
 mod ads;
 mod client;
+pub mod csds;
 mod driver;
 mod io;
+mod pool;
 pub mod runtime;
 mod tls;
 pub mod transport;
 mod watch;
 
 pub use client::{Client, ClientBuilder, Error};
+pub use csds::CsdsService;
 pub use driver::ChannelEvent;
 pub use io::HyperIo;
+pub use pool::{ClientPool, SERVER_TARGET};
 pub use runtime::{BoxFuture, Runtime};
 pub use transport::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Target, TransportSettings,

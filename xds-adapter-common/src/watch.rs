@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use futures::channel::mpsc::UnboundedReceiver;
 use xds_proto_core::{Code, ErrorKind, Status, WatchEvent, WatcherId, XdsError};
 
+use crate::client::Inner;
 use crate::driver::{ChannelEvent, Command};
 
 /// An update of a typed watch: the gRFC A88 split of the core's [`WatchEvent`].
@@ -54,10 +55,11 @@ impl<V> WatchUpdate<V> {
 }
 
 /// An untyped watch: yields the core's [`WatchEvent`]s for one resource until the
-/// client shuts down. Dropping it cancels the watch.
+/// client shuts down. Dropping it cancels the watch. It keeps its client running (and,
+/// in a pool, keeps the pool handing out the same client for its target).
 pub struct RawWatchStream {
     events: UnboundedReceiver<WatchEvent>,
-    commands: UnboundedSender<Command>,
+    client: Arc<Inner>,
     watcher: WatcherId,
     type_url: Arc<str>,
     name: Arc<str>,
@@ -66,14 +68,14 @@ pub struct RawWatchStream {
 impl RawWatchStream {
     pub(crate) fn new(
         events: UnboundedReceiver<WatchEvent>,
-        commands: UnboundedSender<Command>,
+        client: Arc<Inner>,
         watcher: WatcherId,
         type_url: &str,
         name: &str,
     ) -> RawWatchStream {
         RawWatchStream {
             events,
-            commands,
+            client,
             watcher,
             type_url: Arc::from(type_url),
             name: Arc::from(name),
@@ -116,7 +118,10 @@ impl Stream for RawWatchStream {
 
 impl Drop for RawWatchStream {
     fn drop(&mut self) {
-        let _ = self.commands.unbounded_send(Command::Cancel(self.watcher));
+        let _ = self
+            .client
+            .commands
+            .unbounded_send(Command::Cancel(self.watcher));
     }
 }
 

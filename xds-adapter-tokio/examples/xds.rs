@@ -16,7 +16,9 @@
 //! It prints each update as a summary (routes, clusters, endpoints with health and
 //! weight), or the decoded resource as JSON with `--json`; NACKs with their reasons,
 //! does-not-exist, resource errors, connectivity loss and recovery, and the server in
-//! use. `--csds` dumps the client's CSDS view on exit. Logs: `RUST_LOG=xds_adapter_common=debug`.
+//! use. `--csds` dumps the client's CSDS view on exit (the response the CSDS service
+//! gives), and `--csds-listen HOST:PORT` serves `ClientStatusDiscoveryService` while it
+//! runs. Logs: `RUST_LOG=xds_adapter_common=debug`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use clap::Parser;
 use futures::StreamExt;
 use futures::stream::{AbortHandle, Abortable, BoxStream, SelectAll};
 use serde_json::{Value, json};
+use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::config::core::v3::HealthStatus;
 use xds_adapter_tokio::xds_proto_core::pb::google::protobuf::Any;
 use xds_adapter_tokio::xds_proto_core::resource::endpoint::EndpointsResource;
@@ -36,10 +39,10 @@ use xds_adapter_tokio::xds_proto_core::resource::route::{
     ClusterSpecifier, DomainPattern, PathMatcher, RouteAction, RouteConfigResource,
 };
 use xds_adapter_tokio::xds_proto_core::resource::{ClusterResource, ClusterType};
-use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, ResourceStatusKind, XdsError};
+use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, XdsError};
 use xds_adapter_tokio::{
-    Bootstrap, Cds, ChannelEvent, Client, Eds, Lds, Rds, WatchStream, WatchUpdate,
-    load_bootstrap_from_env,
+    Bootstrap, Cds, ChannelEvent, Client, ClientPool, CsdsServer, Eds, Lds, Rds, WatchStream,
+    WatchUpdate, load_bootstrap_from_env,
 };
 use xds_test_server::resources::{self, PrefixRoute, RouteTarget};
 use xds_test_server::{LoopbackServer, demo};
@@ -97,6 +100,14 @@ struct Args {
     /// Dump the client's CSDS view on exit.
     #[arg(long)]
     csds: bool,
+    /// Serve CSDS (envoy.service.status.v3.ClientStatusDiscoveryService) on this
+    /// address while running, e.g. 127.0.0.1:18001 (port 0 picks a free one).
+    #[arg(long, value_name = "HOST:PORT")]
+    csds_listen: Option<String>,
+    /// The data-plane target the client is for (its CSDS client_scope); default
+    /// xds:///LISTENER with --listener, else xds-cli.
+    #[arg(long, value_name = "TARGET")]
+    target: Option<String>,
     /// Exit after this many seconds (default: 12 for the demo, otherwise run until Ctrl-C).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
@@ -786,19 +797,22 @@ impl Printer {
     }
 }
 
-async fn print_csds(client: &Client, as_json: bool) {
-    let Ok(snapshot) = client.resource_snapshot().await else {
-        return;
-    };
+/// Dumps the pool's CSDS response: the same `ClientStatusResponse` the
+/// `ClientStatusDiscoveryService` serves (`--csds-listen`), one block per target.
+async fn print_csds(pool: &ClientPool, as_json: bool) {
+    let response = pool.csds_response().await;
     if as_json {
-        let configs = client.csds_configs().await.unwrap_or_default();
-        let doc: Vec<Value> = configs
+        let doc: Vec<Value> = response
+            .config
             .iter()
-            .map(|c| {
-                json!({
-                    "type_url": c.type_url, "name": c.name, "version_info": c.version_info,
-                    "client_status": c.client_status, "bytes": c.xds_config.as_ref().map(|a| a.value.len()),
-                    "error_state": c.error_state.as_ref().map(|e| json!({"details": e.details, "version_info": e.version_info})),
+            .flat_map(|config| {
+                config.generic_xds_configs.iter().map(|c| {
+                    json!({
+                        "client_scope": config.client_scope,
+                        "type_url": c.type_url, "name": c.name, "version_info": c.version_info,
+                        "client_status": c.client_status, "bytes": c.xds_config.as_ref().map(|a| a.value.len()),
+                        "error_state": c.error_state.as_ref().map(|e| json!({"details": e.details, "version_info": e.version_info})),
+                    })
                 })
             })
             .collect();
@@ -808,28 +822,32 @@ async fn print_csds(client: &Client, as_json: bool) {
         );
         return;
     }
-    println!("\nCSDS ({} resources):", snapshot.len());
-    println!(
-        "  {:<4} {:<22} {:<15} {:<8} error",
-        "type", "name", "status", "version"
-    );
-    for r in snapshot {
-        let status = match r.status {
-            ResourceStatusKind::Requested => "REQUESTED",
-            ResourceStatusKind::DoesNotExist => "DOES_NOT_EXIST",
-            ResourceStatusKind::Acked => "ACKED",
-            ResourceStatusKind::Nacked => "NACKED",
-            ResourceStatusKind::ReceivedError => "RECEIVED_ERROR",
-            ResourceStatusKind::Timeout => "TIMEOUT",
-        };
-        let error = r.error_state.map(|e| e.details).unwrap_or_default();
+    for config in &response.config {
         println!(
-            "  {:<4} {:<22} {:<15} {:<8} {error}",
-            short_type(r.type_url),
-            r.name,
-            status,
-            r.version
+            "\nCSDS of {} ({} resources):",
+            config.client_scope,
+            config.generic_xds_configs.len()
         );
+        println!(
+            "  {:<4} {:<22} {:<15} {:<8} error",
+            "type", "name", "status", "version"
+        );
+        for r in &config.generic_xds_configs {
+            let status = ClientResourceStatus::try_from(r.client_status)
+                .map_or("UNKNOWN", |s| s.as_str_name());
+            let error = r
+                .error_state
+                .as_ref()
+                .map(|e| e.details.as_str())
+                .unwrap_or_default();
+            println!(
+                "  {:<4} {:<22} {:<15} {:<8} {error}",
+                short_type(&r.type_url),
+                r.name,
+                status,
+                r.version_info
+            );
+        }
     }
 }
 
@@ -1027,12 +1045,34 @@ async fn main() {
     if let Some(t) = resource_timeout {
         builder = builder.resource_timeout(Duration::from_secs_f64(t));
     }
-    let client = match builder.build() {
-        Ok(c) => c,
+    let pool = match builder.build_pool() {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("xds: {e}");
             std::process::exit(2);
         }
+    };
+    let target = args.target.clone().unwrap_or_else(|| match &chain.root {
+        Some(root) => format!("xds:///{root}"),
+        None => "xds-cli".to_string(),
+    });
+    let client = pool.get_or_create(&target);
+    let csds_server = match &args.csds_listen {
+        Some(addr) => match CsdsServer::serve(pool.clone(), addr.as_str()).await {
+            Ok(server) => {
+                say!(
+                    "{} serving CSDS on {} (client_scope {target:?})",
+                    stamp(),
+                    server.local_addr()
+                );
+                Some(server)
+            }
+            Err(e) => {
+                eprintln!("xds: cannot serve CSDS on {addr}: {e}");
+                std::process::exit(2);
+            }
+        },
+        None => None,
     };
     let servers: Vec<&str> = client
         .bootstrap()
@@ -1097,7 +1137,10 @@ async fn main() {
         }
     }
     if args.csds || demo {
-        print_csds(&client, args.json).await;
+        print_csds(&pool, args.json).await;
+    }
+    if let Some(server) = csds_server {
+        server.shutdown().await;
     }
     if let Some(s) = script {
         s.abort();

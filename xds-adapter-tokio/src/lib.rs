@@ -33,21 +33,48 @@
 //! `xds_ads_stream` span carries the server and stream, `xds_watch` the type and
 //! resource.
 //!
+//! **Per-target clients and CSDS (gRFC A71).** A [`ClientPool`] hands out one shared
+//! [`Client`] per data-plane target ([`SERVER_TARGET`] for xDS-enabled servers), so
+//! that fallback to a lower-priority server for one target never changes what another
+//! target uses; every client of a pool shares its one parsed bootstrap. [`CsdsServer`]
+//! serves the pool's `envoy.service.status.v3.ClientStatusDiscoveryService` over gRPC
+//! (`FetchClientStatus` and `StreamClientStatus`), one `ClientConfig` per client with
+//! `client_scope` set to its target:
+//!
+//! ```no_run
+//! use xds_adapter_tokio::{Cds, ClientPool, CsdsServer};
+//!
+//! # async fn example(bootstrap_json: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = ClientPool::from_bootstrap_json(bootstrap_json)?;
+//! let client = pool.get_or_create("xds:///my-service");
+//! let _clusters = client.watch::<Cds>("my-cluster").await?;
+//! let csds = CsdsServer::serve(pool.clone(), "127.0.0.1:0").await?;
+//! println!("CSDS on {}", csds.local_addr());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! All protocol decisions are the core's; the drive loop, the watch streams and the
 //! transport are shared with the async-std adapter through `xds-adapter-common`.
 //! This crate only supplies [`TokioRuntime`]: spawning, the clock, sleeping and TCP.
 
 #![warn(missing_docs)]
 
+mod csds;
+
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use csds::{CSDS_SHUTDOWN_GRACE, CsdsServer};
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
 use xds_adapter_common::BoxFuture;
+pub use xds_adapter_common::csds::{
+    CSDS_SERVICE_NAME, FETCH_CLIENT_STATUS_METHOD, STREAM_CLIENT_STATUS_METHOD,
+};
 pub use xds_adapter_common::{
     ChannelEvent, ChannelEventStream, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
-    Error, RawWatchStream, Runtime, TransportSettings, WatchStream, WatchUpdate,
+    Error, RawWatchStream, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
@@ -57,8 +84,16 @@ pub use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
 /// The xDS client on tokio. See the crate documentation.
 pub type Client = xds_adapter_common::Client<TokioRuntime>;
 
-/// Configures a [`Client`]: `Client::builder(bootstrap)...build()`.
+/// Configures a [`Client`] (`Client::builder(bootstrap)...build()`) or a
+/// [`ClientPool`] (`...build_pool()`).
 pub type ClientBuilder = xds_adapter_common::ClientBuilder<TokioRuntime>;
+
+/// Per-target clients on tokio (gRFC A71): see [`xds_adapter_common::ClientPool`].
+pub type ClientPool = xds_adapter_common::ClientPool<TokioRuntime>;
+
+/// The CSDS gRPC service of a [`ClientPool`], as a tower service (to add to a tonic
+/// router); [`CsdsServer`] serves it on its own listener.
+pub type CsdsService = xds_adapter_common::CsdsService<TokioRuntime>;
 
 /// Loads the bootstrap the way gRPC does: the file named by `GRPC_XDS_BOOTSTRAP`,
 /// else the JSON in `GRPC_XDS_BOOTSTRAP_CONFIG`.

@@ -559,6 +559,9 @@ pub async fn does_not_exist_after_timeout<R: Runtime>(timeout: Option<Duration>)
     let mut present = client.watch::<Cds>("present").await.expect("watch");
     next_value(&rt, &mut present).await;
     let mut events = client.channel_events();
+    // The timer cannot start before the watch exists: a lower bound that does not depend
+    // on how late this task sees the driver's events on a loaded machine.
+    let watched_at = rt.now();
     let mut missing = client.watch::<Cds>("missing").await.expect("watch");
     let sent_at = channel_event(
         &rt,
@@ -578,12 +581,14 @@ pub async fn does_not_exist_after_timeout<R: Runtime>(timeout: Option<Duration>)
     let update = within(&rt, expected + PROMPT, "does-not-exist", missing.next())
         .await
         .expect("watch open");
-    let elapsed = rt.now().saturating_duration_since(sent_at);
+    let fired_at = rt.now();
+    let elapsed = fired_at.saturating_duration_since(sent_at);
     let e = assert_kind(&update, false, ErrorKind::DoesNotExist);
     assert_eq!(e.status.code, Code::NOT_FOUND);
+    let since_watch = fired_at.saturating_duration_since(watched_at);
     assert!(
-        elapsed >= expected,
-        "does-not-exist after {elapsed:?}, before the {expected:?} timeout"
+        since_watch >= expected,
+        "does-not-exist {since_watch:?} after the watch, before the {expected:?} timeout"
     );
     assert!(
         elapsed < expected + Duration::from_secs(2),
