@@ -17,6 +17,7 @@ use xds_proto_core::{Bootstrap, Code, Instant, ServerId, Status};
 
 pub mod fixtures;
 pub mod fixtures_routes;
+pub mod sim;
 
 pub use xds_proto_core::resource::type_url::{
     CLUSTER as CDS, CLUSTER_LOAD_ASSIGNMENT as EDS, LISTENER as LDS, ROUTE_CONFIGURATION as RDS,

@@ -1407,7 +1407,7 @@ impl XdsClient {
         &mut self,
         server: usize,
         t: TypeIdx,
-        response: discovery::DiscoveryResponse,
+        mut response: discovery::DiscoveryResponse,
         now: Instant,
     ) -> Result<String, String> {
         let ty = self.types[t].clone();
@@ -1422,11 +1422,26 @@ impl XdsClient {
         let last_names = std::mem::take(&mut self.servers[server].types[t].last_names);
         let mut order: Vec<Option<Arc<str>>> = Vec::with_capacity(count);
 
+        // Each resource's type URL against the response's, in one pass over the envelope
+        // just decoded (checked between decodes, each check was a cache miss). A matching
+        // URL is not needed again: freed here too, while in cache.
+        let type_matches: Vec<bool> = response
+            .resources
+            .iter_mut()
+            .map(|a| {
+                let matches = a.type_url == type_url;
+                if matches && type_url != resource::type_url::RESOURCE_WRAPPER {
+                    a.type_url = String::new();
+                }
+                matches
+            })
+            .collect();
+
         for (i, any) in response.resources.into_iter().enumerate() {
             // SotW resends: the same bytes at the same position as in the last response
             // are the cached resource, unchanged; no decode needed.
             if let Some(Some(name)) = last_names.get(i) {
-                let same = any.type_url == type_url
+                let same = type_matches[i]
                     && !index.contains_key(name)
                     && self.resources[t]
                         .get(&**name)
@@ -1439,17 +1454,22 @@ impl XdsClient {
                     continue;
                 }
             }
-            match decode_one(ty.as_ref(), any) {
+            match decode_one(ty.as_ref(), any, type_matches[i]) {
                 Ok((name, value, raw)) => {
                     let name = self.intern(t, canonical_name(name));
-                    if let Some(&k) = index.get(&name) {
-                        errors.push(format!("resource index {i}: {name}: duplicate resource name in response"));
-                        items[k].1 = Outcome::Invalid("duplicate resource name in response".to_string());
-                        order.push(None);
-                    } else {
-                        index.insert(name.clone(), items.len());
-                        items.push((name.clone(), Outcome::Changed(value, raw)));
-                        order.push(Some(name));
+                    match index.entry(name) {
+                        std::collections::hash_map::Entry::Occupied(o) => {
+                            let (name, &k) = (o.key(), o.get());
+                            errors.push(format!("resource index {i}: {name}: duplicate resource name in response"));
+                            items[k].1 = Outcome::Invalid("duplicate resource name in response".to_string());
+                            order.push(None);
+                        }
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            let name = v.key().clone();
+                            v.insert(items.len());
+                            items.push((name.clone(), Outcome::Changed(value, raw)));
+                            order.push(Some(name));
+                        }
                     }
                 }
                 Err(e) => {
@@ -1500,6 +1520,8 @@ impl XdsClient {
         let features = self.servers[server].config.server_features;
         let server_uri = self.servers[server].config.server_uri.clone();
         let table = &mut self.resources[t];
+        // Does-not-exist timers of the resources received, cancelled after the loop.
+        let mut cancelled_timers: Vec<TimerKey> = Vec::new();
 
         for (name, outcome) in items {
             let Some(entry) = table.get_mut(&*name) else {
@@ -1509,7 +1531,7 @@ impl XdsClient {
                 continue; // served by another server of its authority (A71)
             }
             if entry.timer.take().is_some() {
-                self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+                cancelled_timers.push(TimerKey::DoesNotExist(t, entry.name.clone()));
             }
             let (value, raw) = match outcome {
                 Outcome::Invalid(message) => {
@@ -1570,6 +1592,19 @@ impl XdsClient {
                 updated: now,
             });
             notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Ok(value)));
+        }
+        // Many at once (a first delivery): one pass over the deadline set instead of an
+        // ordered search, comparing names, per timer.
+        if cancelled_timers.len() * 8 >= self.timers.by_deadline.len() {
+            for key in &cancelled_timers {
+                self.timers.by_key.remove(key);
+            }
+            let by_key = &self.timers.by_key;
+            self.timers.by_deadline.retain(|(at, key)| by_key.get(key) == Some(at));
+        } else {
+            for key in &cancelled_timers {
+                self.timers.cancel(key);
+            }
         }
 
         for (name, status) in &server_errors {
@@ -1689,23 +1724,27 @@ enum Outcome {
 }
 
 /// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
+/// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
 fn decode_one(
     ty: &dyn ErasedResourceType,
     any: crate::pb::google::protobuf::Any,
+    type_matches: bool,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    let any = if any.type_url == resource::type_url::RESOURCE_WRAPPER {
+    let (any, type_matches) = if any.type_url == resource::type_url::RESOURCE_WRAPPER {
         let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
             resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
         })?;
         let name = (!wrapper.name.is_empty()).then_some(wrapper.name);
-        wrapper.resource.ok_or_else(|| resource::DecodeError {
+        let inner = wrapper.resource.ok_or_else(|| resource::DecodeError {
             name,
             message: "Resource wrapper has no resource".to_string(),
-        })?
+        })?;
+        let matches = inner.type_url == ty.type_url();
+        (inner, matches)
     } else {
-        any
+        (any, type_matches)
     };
-    if any.type_url != ty.type_url() {
+    if !type_matches {
         return Err(resource::DecodeError::unnamed(format!(
             "type URL {:?} does not match the response's {:?}",
             any.type_url,

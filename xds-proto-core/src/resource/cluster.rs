@@ -19,6 +19,7 @@ use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
 use crate::pb::envoy::extensions::clusters::aggregate::v3 as aggregate_pb;
 use crate::pb::envoy::extensions::load_balancing_policies as lb_pb;
+#[cfg(test)]
 use crate::pb::envoy::extensions::transport_sockets::tls::v3 as tls_pb;
 
 /// Type name of the aggregate cluster config (gRFC A37).
@@ -159,20 +160,25 @@ pub struct UpstreamTls {
 }
 
 /// Decodes and validates one serialized `Cluster`.
+///
+/// Only the fields the validation reads are decoded (see `lite`); everything else
+/// (metadata, timeouts, health checks, the TLS common context, ...) is skipped on the
+/// wire.
 pub fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
-    let cluster = cluster_pb::Cluster::decode(bytes)
+    let mut cluster = lite::Cluster::decode(bytes)
         .map_err(|e| DecodeError::unnamed(format!("failed to decode Cluster: {e}")))?;
-    let value = parse_cluster(&cluster).map_err(|e| e.into_decode_error(&cluster.name))?;
-    Ok((cluster.name, value))
+    let name = std::mem::take(&mut cluster.name);
+    let value = parse_cluster(&name, cluster).map_err(|e| e.into_decode_error(&name))?;
+    Ok((name, value))
 }
 
-fn parse_cluster(cluster: &cluster_pb::Cluster) -> Result<ClusterResource, FieldError> {
-    let cluster_type = parse_cluster_type(cluster)?;
+fn parse_cluster(name: &str, mut cluster: lite::Cluster) -> Result<ClusterResource, FieldError> {
+    let cluster_type = parse_cluster_type(name, &mut cluster)?;
     let lb_policy = match &cluster.load_balancing_policy {
         Some(policy) => {
             parse_lb_policy_list(policy, 0).map_err(|e| e.at("load_balancing_policy"))?
         }
-        None => parse_legacy_lb_policy(cluster)?,
+        None => parse_legacy_lb_policy(&cluster)?,
     };
     let lrs_server = match &cluster.lrs_server {
         None => false,
@@ -189,11 +195,7 @@ fn parse_cluster(cluster: &cluster_pb::Cluster) -> Result<ClusterResource, Field
     let max_requests = cluster
         .circuit_breakers
         .as_ref()
-        .and_then(|cb| {
-            cb.thresholds
-                .iter()
-                .find(|t| t.priority == core_pb::RoutingPriority::Default as i32)
-        })
+        .and_then(|cb| cb.default_threshold.as_ref())
         .and_then(|t| t.max_requests.as_ref())
         .map_or(DEFAULT_MAX_REQUESTS, |v| v.value);
     let tls = cluster
@@ -203,7 +205,7 @@ fn parse_cluster(cluster: &cluster_pb::Cluster) -> Result<ClusterResource, Field
         .transpose()
         .map_err(|e| e.at("transport_socket"))?;
     Ok(ClusterResource {
-        name: cluster.name.clone(),
+        name: name.to_owned(),
         cluster_type,
         lb_policy,
         lrs_server,
@@ -212,14 +214,15 @@ fn parse_cluster(cluster: &cluster_pb::Cluster) -> Result<ClusterResource, Field
     })
 }
 
-fn parse_cluster_type(cluster: &cluster_pb::Cluster) -> Result<ClusterType, FieldError> {
-    use cluster_pb::cluster::{ClusterDiscoveryType, DiscoveryType};
+fn parse_cluster_type(name: &str, cluster: &mut lite::Cluster) -> Result<ClusterType, FieldError> {
+    use cluster_pb::cluster::DiscoveryType;
+    use lite::cluster::ClusterDiscoveryType;
     match &cluster.cluster_discovery_type {
         Some(ClusterDiscoveryType::ClusterType(custom)) => {
             parse_aggregate(custom).map_err(|e| e.at("cluster_type"))
         }
         Some(ClusterDiscoveryType::Type(t)) => match DiscoveryType::try_from(*t) {
-            Ok(DiscoveryType::Eds) => parse_eds(cluster),
+            Ok(DiscoveryType::Eds) => parse_eds(name, cluster.eds_cluster_config.as_mut()),
             Ok(DiscoveryType::LogicalDns) => parse_logical_dns(cluster.load_assignment.as_ref())
                 .map_err(|e| e.at("load_assignment")),
             Ok(other) => Err(FieldError::new(
@@ -236,20 +239,23 @@ fn parse_cluster_type(cluster: &cluster_pb::Cluster) -> Result<ClusterType, Fiel
     }
 }
 
-fn parse_eds(cluster: &cluster_pb::Cluster) -> Result<ClusterType, FieldError> {
-    let Some(eds) = &cluster.eds_cluster_config else {
+fn parse_eds(
+    name: &str,
+    eds: Option<&mut lite::EdsClusterConfig>,
+) -> Result<ClusterType, FieldError> {
+    let Some(eds) = eds else {
         return Err(FieldError::new("eds_cluster_config", "field not present"));
     };
     check_ads_or_self(eds.eds_config.as_ref())
         .map_err(|e| e.at("eds_cluster_config.eds_config"))?;
-    if eds.service_name.is_empty() && cluster.name.starts_with("xdstp:") {
+    if eds.service_name.is_empty() && name.starts_with("xdstp:") {
         return Err(FieldError::new(
             "eds_cluster_config.service_name",
             "must be set for a cluster with an xdstp: name",
         ));
     }
     Ok(ClusterType::Eds {
-        service_name: (!eds.service_name.is_empty()).then(|| eds.service_name.clone()),
+        service_name: (!eds.service_name.is_empty()).then(|| std::mem::take(&mut eds.service_name)),
     })
 }
 
@@ -374,8 +380,9 @@ fn parse_aggregate(
 }
 
 /// The legacy `lb_policy` enum with its `lb_config`.
-fn parse_legacy_lb_policy(cluster: &cluster_pb::Cluster) -> Result<LbPolicy, FieldError> {
-    use cluster_pb::cluster::{LbConfig, LbPolicy as Legacy, ring_hash_lb_config::HashFunction};
+fn parse_legacy_lb_policy(cluster: &lite::Cluster) -> Result<LbPolicy, FieldError> {
+    use cluster_pb::cluster::{LbPolicy as Legacy, ring_hash_lb_config::HashFunction};
+    use lite::cluster::LbConfig;
     match Legacy::try_from(cluster.lb_policy) {
         Ok(Legacy::RoundRobin) => Ok(LbPolicy::RoundRobin),
         Ok(Legacy::RingHash) => {
@@ -600,25 +607,219 @@ fn parse_cswrr(value: &[u8]) -> Result<LbPolicy, FieldError> {
 
 /// The transport socket must carry an `UpstreamTlsContext`. Paths are relative to
 /// `transport_socket`.
-fn parse_transport_socket(ts: &core_pb::TransportSocket) -> Result<UpstreamTls, FieldError> {
-    use core_pb::transport_socket::ConfigType;
+fn parse_transport_socket(ts: &lite::TransportSocket) -> Result<UpstreamTls, FieldError> {
+    use lite::transport_socket::ConfigType;
     let Some(ConfigType::TypedConfig(any)) = &ts.config_type else {
         return Err(FieldError::new("typed_config", "field not present"));
     };
-    let config = typed_config(any).map_err(|e| e.at("typed_config"))?;
-    if config.type_name() != UPSTREAM_TLS_CONTEXT_TYPE || config.typed_struct {
+    // `type.googleapis.com/<UpstreamTlsContext>` (any prefix) passes `typed_config`'s
+    // checks unchanged; anything else is rejected by them or just below, with their
+    // error.
+    let is_tls = any
+        .type_url
+        .rsplit_once('/')
+        .is_some_and(|(_, name)| name == UPSTREAM_TLS_CONTEXT_TYPE);
+    if !is_tls {
+        let any = crate::pb::google::protobuf::Any {
+            type_url: any.type_url.clone(),
+            value: any.value.clone().into(),
+        };
+        let config = typed_config(&any).map_err(|e| e.at("typed_config"))?;
         return Err(FieldError::new(
             "typed_config.type_url",
             format!("unsupported transport socket type {:?}", config.type_url),
         ));
     }
-    let tls = tls_pb::UpstreamTlsContext::decode(&config.value[..]).map_err(|e| {
+    let tls = lite::UpstreamTlsContext::decode(&any.value[..]).map_err(|e| {
         FieldError::new(
             "typed_config.value",
             format!("can't decode UpstreamTlsContext: {e}"),
         )
     })?;
     Ok(UpstreamTls { sni: tls.sni })
+}
+
+/// Decode-only views of the CDS messages: only the fields the validation reads, by their
+/// real field numbers and wire types. prost skips every other field on the wire without
+/// building it (metadata, `connect_timeout`, health checks, the TLS common context, ...).
+/// Oneofs keep all their members, so that "the last member wins" behaves as in the full
+/// messages; members never read decode into `Skipped`. Fields that are rare and read in
+/// full (the aggregate and LOGICAL_DNS configs, `load_balancing_policy`, `lrs_server`)
+/// keep their generated types. The structs are named after the Envoy messages, so decode
+/// errors name the same messages.
+mod lite {
+    use bytes::{Buf, BufMut};
+    use prost::encoding::{self, DecodeContext, WireType};
+
+    use crate::pb::envoy::config::cluster::v3 as cluster_pb;
+    use crate::pb::envoy::config::core::v3 as core_pb;
+    use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
+    use crate::pb::google::protobuf::UInt32Value;
+
+    /// A message whose fields are never read: prost checks its framing and skips them.
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct Skipped {}
+
+    /// `envoy.config.cluster.v3.Cluster`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Cluster {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(oneof = "cluster::ClusterDiscoveryType", tags = "2, 38")]
+        pub cluster_discovery_type: Option<cluster::ClusterDiscoveryType>,
+        #[prost(message, optional, tag = "3")]
+        pub eds_cluster_config: Option<EdsClusterConfig>,
+        /// `envoy.config.cluster.v3.Cluster.LbPolicy`.
+        #[prost(int32, tag = "6")]
+        pub lb_policy: i32,
+        #[prost(message, optional, tag = "10")]
+        pub circuit_breakers: Option<CircuitBreakers>,
+        #[prost(oneof = "cluster::LbConfig", tags = "23, 34, 37, 52, 56")]
+        pub lb_config: Option<cluster::LbConfig>,
+        #[prost(message, optional, tag = "24")]
+        pub transport_socket: Option<TransportSocket>,
+        #[prost(message, optional, tag = "33")]
+        pub load_assignment: Option<endpoint_pb::ClusterLoadAssignment>,
+        #[prost(message, optional, tag = "41")]
+        pub load_balancing_policy: Option<cluster_pb::LoadBalancingPolicy>,
+        #[prost(message, optional, tag = "42")]
+        pub lrs_server: Option<core_pb::ConfigSource>,
+    }
+
+    /// Oneofs of [`Cluster`].
+    pub mod cluster {
+        use super::cluster_pb::cluster as full;
+
+        /// `cluster_discovery_type`.
+        #[derive(Clone, PartialEq, prost::Oneof)]
+        pub enum ClusterDiscoveryType {
+            /// `envoy.config.cluster.v3.Cluster.DiscoveryType`.
+            #[prost(int32, tag = "2")]
+            Type(i32),
+            #[prost(message, tag = "38")]
+            ClusterType(full::CustomClusterType),
+        }
+
+        /// `lb_config`.
+        #[allow(clippy::enum_variant_names)] // the Envoy oneof members' names
+        #[derive(Clone, PartialEq, prost::Oneof)]
+        pub enum LbConfig {
+            #[prost(message, tag = "23")]
+            RingHashLbConfig(full::RingHashLbConfig),
+            #[prost(message, tag = "52")]
+            MaglevLbConfig(super::Skipped),
+            #[prost(message, tag = "34")]
+            OriginalDstLbConfig(super::Skipped),
+            #[prost(message, tag = "37")]
+            LeastRequestLbConfig(full::LeastRequestLbConfig),
+            #[prost(message, tag = "56")]
+            RoundRobinLbConfig(super::Skipped),
+        }
+    }
+
+    /// `envoy.config.cluster.v3.Cluster.EdsClusterConfig`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct EdsClusterConfig {
+        #[prost(message, optional, tag = "1")]
+        pub eds_config: Option<core_pb::ConfigSource>,
+        #[prost(string, tag = "2")]
+        pub service_name: String,
+    }
+
+    /// `envoy.config.cluster.v3.CircuitBreakers`, reduced as it is decoded to what the
+    /// validation reads: the first of its `thresholds` with DEFAULT priority (so no list
+    /// is built). Decode-only: encoding writes that threshold alone.
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    pub struct CircuitBreakers {
+        pub default_threshold: Option<circuit_breakers::Thresholds>,
+    }
+
+    impl prost::Message for CircuitBreakers {
+        fn encode_raw(&self, buf: &mut impl BufMut) {
+            if let Some(t) = &self.default_threshold {
+                encoding::message::encode(1, t, buf);
+            }
+        }
+
+        fn merge_field(
+            &mut self,
+            tag: u32,
+            wire_type: WireType,
+            buf: &mut impl Buf,
+            ctx: DecodeContext,
+        ) -> Result<(), prost::DecodeError> {
+            if tag != 1 {
+                return encoding::skip_field(wire_type, tag, buf, ctx);
+            }
+            let mut t = circuit_breakers::Thresholds::default();
+            encoding::message::merge(wire_type, &mut t, buf, ctx).map_err(|mut e| {
+                e.push("CircuitBreakers", "thresholds");
+                e
+            })?;
+            if self.default_threshold.is_none()
+                && t.priority == core_pb::RoutingPriority::Default as i32
+            {
+                self.default_threshold = Some(t);
+            }
+            Ok(())
+        }
+
+        fn encoded_len(&self) -> usize {
+            self.default_threshold
+                .as_ref()
+                .map_or(0, |t| encoding::message::encoded_len(1, t))
+        }
+
+        fn clear(&mut self) {
+            *self = CircuitBreakers::default();
+        }
+    }
+
+    /// Nested messages of [`CircuitBreakers`].
+    pub mod circuit_breakers {
+        /// `envoy.config.cluster.v3.CircuitBreakers.Thresholds`.
+        #[derive(Clone, Copy, PartialEq, prost::Message)]
+        pub struct Thresholds {
+            /// `envoy.config.core.v3.RoutingPriority`.
+            #[prost(int32, tag = "1")]
+            pub priority: i32,
+            #[prost(message, optional, tag = "4")]
+            pub max_requests: Option<super::UInt32Value>,
+        }
+    }
+
+    /// `envoy.config.core.v3.TransportSocket`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TransportSocket {
+        #[prost(oneof = "transport_socket::ConfigType", tags = "3")]
+        pub config_type: Option<transport_socket::ConfigType>,
+    }
+
+    /// Oneofs of [`TransportSocket`].
+    pub mod transport_socket {
+        /// `config_type`.
+        #[derive(Clone, PartialEq, prost::Oneof)]
+        pub enum ConfigType {
+            #[prost(message, tag = "3")]
+            TypedConfig(super::Any),
+        }
+    }
+
+    /// `google.protobuf.Any`, its value in a plain `Vec` (one allocation, no sharing).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Any {
+        #[prost(string, tag = "1")]
+        pub type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        pub value: Vec<u8>,
+    }
+
+    /// `envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct UpstreamTlsContext {
+        #[prost(string, tag = "2")]
+        pub sni: String,
+    }
 }
 
 #[cfg(test)]
@@ -1466,6 +1667,121 @@ mod tests {
                 "transport_socket.typed_config.value: can't decode UpstreamTlsContext: "
             ),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn istio_like_cluster() {
+        use cluster_pb::circuit_breakers::Thresholds;
+        let name = "outbound|8080||svc-1.ns-1.svc.cluster.local";
+        let mut c = eds_cluster(name);
+        c.eds_cluster_config = Some(EdsClusterConfig {
+            eds_config: Some(ads()),
+            service_name: name.to_owned(),
+        });
+        c.connect_timeout = Some(pbuf::Duration {
+            seconds: 10,
+            nanos: 0,
+        });
+        c.metadata = Some(core_pb::Metadata {
+            filter_metadata: [("istio".to_owned(), pbuf::Struct::default())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        });
+        c.common_lb_config = Some(Default::default());
+        c.circuit_breakers = Some(cluster_pb::CircuitBreakers {
+            thresholds: vec![Thresholds {
+                max_connections: Some(pbuf::UInt32Value { value: u32::MAX }),
+                max_requests: Some(pbuf::UInt32Value { value: 2048 }),
+                track_remaining: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        c.transport_socket = Some(core_pb::TransportSocket {
+            name: "envoy.transport_sockets.tls".to_owned(),
+            config_type: Some(core_pb::transport_socket::ConfigType::TypedConfig(any(
+                UPSTREAM_TLS_CONTEXT_TYPE,
+                &tls_pb::UpstreamTlsContext {
+                    common_tls_context: Some(tls_pb::CommonTlsContext {
+                        alpn_protocols: vec!["istio".to_owned()],
+                        ..Default::default()
+                    }),
+                    sni: "outbound_.8080_._.svc-1".to_owned(),
+                    ..Default::default()
+                },
+            ))),
+        });
+        assert_eq!(
+            decode_cluster(&c).unwrap(),
+            ClusterResource {
+                name: name.to_owned(),
+                cluster_type: ClusterType::Eds {
+                    service_name: Some(name.to_owned())
+                },
+                lb_policy: LbPolicy::RoundRobin,
+                lrs_server: false,
+                max_requests: 2048,
+                tls: Some(UpstreamTls {
+                    sni: "outbound_.8080_._.svc-1".to_owned()
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn transport_socket_type_urls() {
+        let tls = tls_pb::UpstreamTlsContext {
+            sni: "s".to_owned(),
+            ..Default::default()
+        };
+        let with = |type_url: String, value: bytes::Bytes| cluster_pb::Cluster {
+            transport_socket: Some(core_pb::TransportSocket {
+                name: "tls".to_owned(),
+                config_type: Some(core_pb::transport_socket::ConfigType::TypedConfig(
+                    pbuf::Any { type_url, value },
+                )),
+            }),
+            ..eds_cluster("c")
+        };
+        // Any prefix before the last '/' is accepted.
+        let c = with(
+            format!("example.com/x/{UPSTREAM_TLS_CONTEXT_TYPE}"),
+            tls.encode_to_vec().into(),
+        );
+        assert_eq!(
+            decode_cluster(&c).unwrap().tls,
+            Some(UpstreamTls {
+                sni: "s".to_owned()
+            })
+        );
+        let c = with(
+            UPSTREAM_TLS_CONTEXT_TYPE.to_owned(),
+            tls.encode_to_vec().into(),
+        );
+        assert_eq!(
+            err(&c),
+            format!(
+                "transport_socket.typed_config.type_url: invalid type URL \
+                 {UPSTREAM_TLS_CONTEXT_TYPE:?}"
+            )
+        );
+        // A TypedStruct is not accepted, even around the right type.
+        let wrapped = pbuf::Any {
+            type_url: format!("type.googleapis.com/{UPSTREAM_TLS_CONTEXT_TYPE}"),
+            value: Default::default(),
+        };
+        let c = with(
+            "type.googleapis.com/xds.type.v3.TypedStruct".to_owned(),
+            wrapped.encode_to_vec().into(),
+        );
+        assert_eq!(
+            err(&c),
+            format!(
+                "transport_socket.typed_config.type_url: unsupported transport socket type \
+                 \"type.googleapis.com/{UPSTREAM_TLS_CONTEXT_TYPE}\""
+            )
         );
     }
 }

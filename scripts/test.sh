@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The project's test command: `./scripts/test.sh`.
+#
+# 1. `cargo test --workspace`: unit, scenario, property and fuzz-regression tests, and the
+#    deterministic simulation over a bounded number of seeds (XDS_SIM_SEEDS, default in
+#    tests/tests/simulation.rs).
+# 2. A fuzz smoke test: installs cargo-fuzz if it is missing, builds every target in fuzz/
+#    once, and runs each for FUZZ_SECONDS (default 60) on stable (`--sanitizer none`),
+#    starting from the committed seeds.
+#
+# The last line counts what ran: cargo's passed/failed tests plus one per fuzz target.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+passed=0
+failed=0
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+echo "== cargo test --workspace"
+cargo test --workspace 2>&1 | tee "$log"
+test_status=${PIPESTATUS[0]}
+read -r p f < <(awk '/^test result:/ {
+    for (i = 2; i <= NF; i++) {
+        if ($i ~ /^passed;?$/) p += $(i - 1)
+        if ($i ~ /^failed;?$/) f += $(i - 1)
+    }
+} END { print p + 0, f + 0 }' "$log")
+passed=$((passed + p))
+failed=$((failed + f))
+if [ "$test_status" -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "cargo test failed before running its tests (build error?)"
+    failed=$((failed + 1))
+fi
+
+echo "== fuzz smoke: every target for ${FUZZ_SECONDS}s"
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked || { echo "cannot install cargo-fuzz"; failed=$((failed + 1)); }
+fi
+if command -v cargo-fuzz >/dev/null 2>&1; then
+    if (cd fuzz && cargo fuzz build --sanitizer none); then
+        for target in $(cd fuzz && cargo fuzz list); do
+            mkdir -p "fuzz/corpus/$target"
+            if (cd fuzz && cargo fuzz run --sanitizer none "$target" "corpus/$target" "seeds/$target" -- \
+                    -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1); then
+                echo "fuzz target $target: no crash in ${FUZZ_SECONDS}s"
+                passed=$((passed + 1))
+            else
+                echo "fuzz target $target FAILED: see fuzz/artifacts/$target; copy the input to fuzz/regressions/$target"
+                failed=$((failed + 1))
+            fi
+        done
+    else
+        echo "fuzz targets do not build"
+        failed=$((failed + 1))
+    fi
+fi
+
+echo "summary: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,534 @@
+//! The library side of the cargo-fuzz targets in `fuzz/`. Each target is a one-liner
+//! into a function here (as str0m does it), so `cargo test` replays the committed
+//! regression inputs through exactly the same code (`tests/tests/fuzz_regressions.rs`).
+//!
+//! - [`interleave`]: arbitrary sequences of watches, cancels, transport events (for
+//!   live, stale and unknown streams), hand-built or raw responses, and time advances
+//!   into one client under the invariant checker.
+//! - [`decode_response`]: the bytes as a `DiscoveryResponse` of every built-in type, as
+//!   one resource of every type, and through each type's decoder, into a client with
+//!   watches on a connected stream.
+//! - [`bootstrap`]: the bytes as bootstrap JSON; whatever parses must round-trip through
+//!   [`bootstrap_json::to_json`](super::bootstrap_json::to_json) and take watches.
+//!
+//! Every function panics, with the broken rule, when an invariant fails.
+
+use std::time::Duration;
+
+use arbitrary::Unstructured;
+use bytes::Bytes;
+use prost::Message;
+use xds_proto_core::client::{ClientConfig, Event, ServerId, StreamId, WatcherId};
+use xds_proto_core::pb::envoy::service::discovery::v3::{
+    DiscoveryResponse, Resource, ResourceError, ResourceName,
+};
+use xds_proto_core::pb::google::protobuf::Any;
+use xds_proto_core::resource::{builtin_types, type_url};
+use xds_proto_core::{Bootstrap, Code, Instant, Status};
+
+use super::check::{CheckOptions, CheckedClient, Violation};
+use super::server::{SIM_TYPES, garbage_any, invalid_any, valid_any};
+use super::{bootstrap_json, rng::SimRng};
+use crate::{CDS, EDS, LDS, ONE_SERVER_BOOTSTRAP, RDS};
+
+const UNKNOWN_TYPE: &str = "type.googleapis.com/fuzz.Unknown";
+const NAMES: [&str; 5] = [
+    "a",
+    "b",
+    "c",
+    "xdstp://auth.example/envoy.config.cluster.v3.Cluster/x",
+    "xdstp://unknown.example/envoy.config.cluster.v3.Cluster/x",
+];
+const STEP_LIMIT: usize = 400;
+
+fn bootstraps() -> [String; 3] {
+    [
+        ONE_SERVER_BOOTSTRAP.to_string(),
+        ONE_SERVER_BOOTSTRAP.replace(
+            r#""channel_creds": [{"type": "insecure"}]"#,
+            r#""channel_creds": [{"type": "insecure"}], "server_features": ["fail_on_data_errors"]"#,
+        ),
+        r#"{
+          "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}],
+                           "server_features": ["resource_timer_is_transient_error"]}],
+          "node": {"id": "fuzz"},
+          "authorities": {"auth.example": {"xds_servers": [
+              {"server_uri": "auth.example:443", "channel_creds": [{"type": "insecure"}]}]}}
+        }"#
+        .to_string(),
+    ]
+}
+
+fn client(json: &str, timeout: Duration, seed: u64) -> CheckedClient {
+    let bootstrap = Bootstrap::from_json_str(json).expect("fuzz bootstrap parses");
+    let mut config = ClientConfig::new(bootstrap);
+    config.resource_timeout = timeout;
+    CheckedClient::new(config, seed, CheckOptions::default())
+}
+
+/// An engine bug that has been found and reported but is not fixed yet, told apart by
+/// the rule it breaks and a distinctive part of the violation's detail.
+#[derive(Clone, Copy, Debug)]
+pub struct KnownBug {
+    /// The `#[ignore]`d test that reproduces it.
+    pub test: &'static str,
+    /// The broken rule.
+    pub rule: &'static str,
+    /// A part of the detail only this bug produces.
+    pub detail_contains: &'static str,
+}
+
+/// Known, reported, unfixed engine bugs. The fuzz targets stop quietly at a violation
+/// that matches one, so fuzzing goes on finding new bugs; every input in
+/// `fuzz/known-bugs/` must keep matching one (`known_bug_inputs_still_reproduce`).
+/// Remove an entry when its bug is fixed, and move its inputs to `fuzz/regressions/`.
+pub const KNOWN_BUGS: &[KnownBug] = &[
+    KnownBug {
+        test: "known_bug_rewatch_before_connect_starts_the_timer_early",
+        rule: "dne-timer-eligibility",
+        detail_contains: "subscription not reported sent since the name was unsubscribed",
+    },
+    KnownBug {
+        test: "known_bug_unsubscribed_name_keeps_its_pending_timer_start",
+        rule: "dne-timer-eligibility",
+        detail_contains: "the name was unwatched once before any request reported sent named it",
+    },
+];
+
+/// The known bug `v` is an instance of, if any.
+pub fn known_bug(v: &Violation) -> Option<&'static KnownBug> {
+    KNOWN_BUGS
+        .iter()
+        .find(|b| b.rule == v.rule && v.detail.contains(b.detail_contains))
+}
+
+fn check(result: Result<impl Sized, Violation>) {
+    if let Err(v) = result
+        && known_bug(&v).is_none()
+    {
+        panic!("{v}");
+    }
+}
+
+/// Target `interleave`.
+pub fn interleave(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    check(run_interleave(&mut u, &mut |_| {}));
+}
+
+/// [`interleave`], returning each step it took (for debugging a crash) and the broken
+/// rule, if any, instead of panicking.
+pub fn interleave_steps(data: &[u8]) -> (Vec<String>, Option<Violation>) {
+    let mut u = Unstructured::new(data);
+    let mut steps = Vec::new();
+    let outcome = run_interleave(&mut u, &mut |line| steps.push(line));
+    (steps, outcome.err())
+}
+
+fn pick_stream(u: &mut Unstructured<'_>, cc: &CheckedClient) -> arbitrary::Result<StreamId> {
+    let live = cc.live_streams();
+    let all = cc.all_streams();
+    Ok(match u.int_in_range(0..=5)? {
+        0..=3 if !live.is_empty() => *u.choose(&live)?,
+        4 if !all.is_empty() => *u.choose(&all)?,
+        _ => StreamId(u.int_in_range(0..=20)?),
+    })
+}
+
+fn arb_name(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
+    Ok(if u.ratio(1, 8)? {
+        String::arbitrary_short(u)?
+    } else {
+        u.choose(&NAMES)?.to_string()
+    })
+}
+
+trait ShortString {
+    fn arbitrary_short(u: &mut Unstructured<'_>) -> arbitrary::Result<String>;
+}
+
+impl ShortString for String {
+    fn arbitrary_short(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
+        let len = u.int_in_range(0..=12)?;
+        let bytes = u.bytes(len)?;
+        Ok(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+fn arb_any(u: &mut Unstructured<'_>, t: &'static str) -> arbitrary::Result<Any> {
+    let name = arb_name(u)?;
+    let other = *u.choose(&SIM_TYPES)?;
+    let generation = u.int_in_range(0..=3)?;
+    Ok(match u.int_in_range(0..=7)? {
+        0..=2 => valid_any(t, &name, generation),
+        3 => invalid_any(t, &name).unwrap_or_else(|| garbage_any(t)),
+        4 => garbage_any(t),
+        5 => {
+            let inner = if u.arbitrary()? {
+                Some(valid_any(t, &name, generation))
+            } else {
+                None
+            };
+            let wrapper = Resource {
+                name,
+                resource: inner,
+                ..Default::default()
+            };
+            Any {
+                type_url: type_url::RESOURCE_WRAPPER.to_string(),
+                value: wrapper.encode_to_vec().into(),
+            }
+        }
+        6 => valid_any(other, &name, generation),
+        _ => {
+            let len = u.int_in_range(0..=64)?;
+            Any {
+                type_url: t.to_string(),
+                value: Bytes::copy_from_slice(u.bytes(len)?),
+            }
+        }
+    })
+}
+
+fn arb_response(u: &mut Unstructured<'_>) -> arbitrary::Result<DiscoveryResponse> {
+    let t = if u.ratio(1, 16)? {
+        UNKNOWN_TYPE
+    } else {
+        *u.choose(&SIM_TYPES)?
+    };
+    let rt = if t == UNKNOWN_TYPE { CDS } else { t };
+    let mut resources = Vec::new();
+    for _ in 0..u.int_in_range(0..=4)? {
+        resources.push(arb_any(u, rt)?);
+    }
+    let mut resource_errors = Vec::new();
+    for _ in 0..u.int_in_range(0..=2)? {
+        let name = if u.ratio(1, 8)? {
+            String::new()
+        } else {
+            arb_name(u)?
+        };
+        let code = *u.choose(&[0, 5, 7, 13, 14, 99])?;
+        let detail = u
+            .arbitrary::<bool>()?
+            .then(|| xds_proto_core::pb::google::rpc::Status {
+                code,
+                message: "fuzz".to_string(),
+                details: Vec::new(),
+            });
+        resource_errors.push(ResourceError {
+            resource_name: Some(ResourceName {
+                name,
+                ..Default::default()
+            }),
+            error_detail: detail,
+        });
+    }
+    Ok(DiscoveryResponse {
+        version_info: u.choose(&["", "1", "2", "3"])?.to_string(),
+        nonce: u.choose(&["", "n1", "n2", "n3"])?.to_string(),
+        type_url: t.to_string(),
+        resources,
+        resource_errors,
+        ..Default::default()
+    })
+}
+
+fn run_interleave(u: &mut Unstructured<'_>, log: &mut dyn FnMut(String)) -> Result<(), Violation> {
+    let Ok(setup) = (|| -> arbitrary::Result<(usize, u64, u64)> {
+        Ok((u.choose_index(3)?, u.int_in_range(1..=20)?, u.arbitrary()?))
+    })() else {
+        return Ok(());
+    };
+    let (which, timeout_s, seed) = setup;
+    log(format!(
+        "bootstrap #{which}, resource timeout {timeout_s}s, jitter seed {seed}"
+    ));
+    let mut cc = client(&bootstraps()[which], Duration::from_secs(timeout_s), seed);
+    let mut now = Instant::from_secs(1_000);
+    let mut watchers: Vec<WatcherId> = Vec::new();
+    for _ in 0..STEP_LIMIT {
+        if u.is_empty() {
+            break;
+        }
+        let Ok(step) = next_step(u, &cc, &watchers) else {
+            break;
+        };
+        log(format!("{now} {step:?}"));
+        let actions = match step {
+            Step::Watch(t, name) => {
+                let (result, actions) = cc.watch(now, t, &name)?;
+                if let Ok(w) = result {
+                    watchers.push(w);
+                }
+                actions
+            }
+            Step::Cancel(w) => cc.cancel(now, w)?,
+            Step::Event(e) => cc.event(now, e)?,
+            Step::Advance(by) => {
+                now = now + by;
+                cc.timeout(now)?
+            }
+            Step::FireNext => match cc.poll_timeout() {
+                Some(t) => {
+                    now = now.max(t);
+                    cc.timeout(now)?
+                }
+                None => Vec::new(),
+            },
+        };
+        for a in actions {
+            log(format!("    -> {a:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+enum Step {
+    Watch(&'static str, String),
+    Cancel(WatcherId),
+    Event(Event),
+    Advance(Duration),
+    FireNext,
+}
+
+fn next_step(
+    u: &mut Unstructured<'_>,
+    cc: &CheckedClient,
+    watchers: &[WatcherId],
+) -> arbitrary::Result<Step> {
+    Ok(match u.int_in_range(0..=11)? {
+        0 | 1 => {
+            let t = if u.ratio(1, 16)? {
+                UNKNOWN_TYPE
+            } else {
+                *u.choose(&[LDS, RDS, CDS, EDS])?
+            };
+            Step::Watch(t, arb_name(u)?)
+        }
+        2 => Step::Cancel(if watchers.is_empty() || u.ratio(1, 8)? {
+            WatcherId(u.int_in_range(0..=40)?)
+        } else {
+            *u.choose(watchers)?
+        }),
+        3 => Step::Event(Event::StreamStarted {
+            stream: pick_stream(u, cc)?,
+        }),
+        4 | 5 => Step::Event(Event::RequestSent {
+            stream: pick_stream(u, cc)?,
+        }),
+        6 | 7 => {
+            let stream = pick_stream(u, cc)?;
+            let bytes = if u.ratio(1, 10)? {
+                let len = u.int_in_range(0..=32)?;
+                Bytes::copy_from_slice(u.bytes(len)?)
+            } else {
+                arb_response(u)?.encode_to_vec().into()
+            };
+            Step::Event(Event::ResponseReceived { stream, bytes })
+        }
+        8 => {
+            let stream = pick_stream(u, cc)?;
+            let code = Code(*u.choose(&[0, 1, 4, 13, 14])?);
+            Step::Event(Event::StreamClosed {
+                stream,
+                status: Status::new(code, "fuzz"),
+            })
+        }
+        9 => Step::Event(Event::ConnectivityFailure {
+            server: ServerId(u.int_in_range(0..=2)?),
+            reason: "fuzz".to_string(),
+        }),
+        10 => Step::Advance(Duration::from_millis(
+            *u.choose(&[0, 1, 500, 1_000, 5_000, 15_000, 60_000, 200_000])?,
+        )),
+        _ => Step::FireNext,
+    })
+}
+
+/// Watches a few names of every type and brings the stream up: started, and every
+/// request reported sent.
+fn connected_client() -> Result<(CheckedClient, Instant), Violation> {
+    let mut cc = client(ONE_SERVER_BOOTSTRAP, Duration::from_secs(15), 7);
+    let now = Instant::from_secs(1_000);
+    for t in SIM_TYPES {
+        for name in ["a", "b"] {
+            if let Err(e) = cc.watch(now, t, name)?.0 {
+                panic!("watch({t}, {name}): {e}");
+            }
+        }
+    }
+    let stream = *cc.live_streams().last().expect("a stream");
+    cc.event(now, Event::StreamStarted { stream })?;
+    settle(&mut cc, now)?;
+    Ok((cc, now))
+}
+
+/// Reports every outstanding request sent.
+fn settle(cc: &mut CheckedClient, now: Instant) -> Result<(), Violation> {
+    while let Some(stream) = cc
+        .live_streams()
+        .into_iter()
+        .find(|s| cc.has_outstanding(*s))
+    {
+        cc.event(now, Event::RequestSent { stream })?;
+    }
+    Ok(())
+}
+
+fn feed(cc: &mut CheckedClient, now: Instant, bytes: Bytes) -> Result<(), Violation> {
+    if let Some(stream) = cc.live_streams().last().copied() {
+        cc.event(now, Event::ResponseReceived { stream, bytes })?;
+        settle(cc, now)?;
+    }
+    Ok(())
+}
+
+/// Target `decode_response`.
+pub fn decode_response(data: &[u8]) {
+    for ty in builtin_types() {
+        let _ = ty.decode_erased(data);
+    }
+    check(run_decode_response(data));
+}
+
+fn run_decode_response(data: &[u8]) -> Result<(), Violation> {
+    let (mut cc, now) = connected_client()?;
+    let parsed = DiscoveryResponse::decode(data).ok();
+    let raw = Bytes::copy_from_slice(data);
+    for (i, t) in SIM_TYPES.into_iter().enumerate() {
+        if let Some(r) = &parsed {
+            let typed = DiscoveryResponse {
+                type_url: t.to_string(),
+                ..r.clone()
+            };
+            feed(&mut cc, now, typed.encode_to_vec().into())?;
+        }
+        let one = Any {
+            type_url: t.to_string(),
+            value: raw.clone(),
+        };
+        let wrapped = Resource {
+            name: "a".to_string(),
+            resource: Some(one.clone()),
+            ..Default::default()
+        };
+        let wrapped = Any {
+            type_url: type_url::RESOURCE_WRAPPER.to_string(),
+            value: wrapped.encode_to_vec().into(),
+        };
+        let response = crate::response(t, &format!("{i}"), &format!("n{i}"), vec![one, wrapped]);
+        feed(&mut cc, now, response.encode_to_vec().into())?;
+    }
+    feed(&mut cc, now, raw)
+}
+
+/// Target `bootstrap`.
+pub fn bootstrap(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(parsed) = Bootstrap::from_json_str(text) else {
+        return;
+    };
+    let json = bootstrap_json::to_json(&parsed);
+    let again = Bootstrap::from_json_str(&json)
+        .unwrap_or_else(|e| panic!("the serialized bootstrap does not parse: {e}\n{json}"));
+    // Known bug (`known_bug_bootstrap_floats_do_not_round_trip`): serde_json without its
+    // `float_roundtrip` feature reads some decimal numbers 1 ulp off, so metadata and
+    // provider configs are compared up to that until the feature is on.
+    assert!(
+        again == parsed || same_up_to_float_rounding(&again, &parsed),
+        "the bootstrap does not round-trip through {json}\nwas: {parsed:?}\nnow: {again:?}"
+    );
+    let mut names = vec!["l0".to_string()];
+    names.extend(
+        parsed
+            .authorities
+            .keys()
+            .map(|a| format!("xdstp://{a}/envoy.config.listener.v3.Listener/l0")),
+    );
+    let mut cc = CheckedClient::new(ClientConfig::new(parsed), 0, CheckOptions::default());
+    let now = Instant::from_secs(1);
+    for name in names {
+        check(cc.watch(now, LDS, &name));
+    }
+}
+
+/// Whether two bootstraps are equal except for JSON numbers a few ulp apart.
+pub fn same_up_to_float_rounding(a: &Bootstrap, b: &Bootstrap) -> bool {
+    fn close(x: &serde_json::Value, y: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match (x, y) {
+            (Value::Number(m), Value::Number(n)) => match (m.as_f64(), n.as_f64()) {
+                (Some(p), Some(q)) => p == q || (p - q).abs() <= p.abs().max(q.abs()) * 1e-15,
+                _ => m == n,
+            },
+            (Value::Array(p), Value::Array(q)) => {
+                p.len() == q.len() && p.iter().zip(q).all(|(p, q)| close(p, q))
+            }
+            (Value::Object(p), Value::Object(q)) => {
+                p.len() == q.len() && p.iter().all(|(k, v)| q.get(k).is_some_and(|w| close(v, w)))
+            }
+            _ => x == y,
+        }
+    }
+    let strip = |b: &Bootstrap| {
+        let mut b = b.clone();
+        b.node.metadata.clear();
+        for p in b.certificate_providers.values_mut() {
+            p.config = serde_json::Value::Null;
+        }
+        b
+    };
+    let metadata = |b: &Bootstrap| serde_json::Value::Object(b.node.metadata.clone());
+    strip(a) == strip(b)
+        && close(&metadata(a), &metadata(b))
+        && a.certificate_providers.iter().all(|(k, p)| {
+            b.certificate_providers
+                .get(k)
+                .is_some_and(|q| close(&p.config, &q.config))
+        })
+}
+
+/// Starting inputs for each target (`(target, bytes)`), written to `fuzz/corpus/` by
+/// the ignored test `write_seed_corpus` and replayed by `cargo test`.
+pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut rng = SimRng::new(0x5eed);
+    for len in [64usize, 256, 1024, 4096] {
+        out.push((
+            "interleave",
+            (0..len).map(|_| rng.next_u64() as u8).collect(),
+        ));
+    }
+    for (i, t) in SIM_TYPES.into_iter().enumerate() {
+        let valid = valid_any(t, "a", 1);
+        out.push(("decode_response", valid.value.to_vec()));
+        let mut both = crate::response(t, "1", "n1", vec![valid, valid_any(t, "b", 2)]);
+        if i % 2 == 0 {
+            both.resource_errors
+                .push(crate::resource_error("c", Code::NOT_FOUND, "gone"));
+        }
+        out.push(("decode_response", both.encode_to_vec()));
+        if let Some(bad) = invalid_any(t, "a") {
+            out.push((
+                "decode_response",
+                crate::response(t, "2", "n2", vec![bad]).encode_to_vec(),
+            ));
+        }
+    }
+    for json in bootstraps() {
+        out.push(("bootstrap", json.into_bytes()));
+    }
+    out.push((
+        "bootstrap",
+        br#"{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "tls", "config": {"ca_certificate_file": "/ca", "certificate_file": "/c", "private_key_file": "/k", "refresh_interval": "1.5s"}}]}],
+            "node": {"id": "n", "locality": {"zone": "z"}, "metadata": {"k": [1, 2.5, null, {"x": "y"}]}},
+            "certificate_providers": {"p": {"plugin_name": "file_watcher", "config": {"a": 1}}},
+            "server_listener_resource_name_template": "grpc/server?addr=%s"}"#
+            .to_vec(),
+    ));
+    out
+}

@@ -1,0 +1,1603 @@
+//! The simulated world: clients under the invariant checker, management servers, and
+//! the network and transports between them, all on one virtual clock and one seeded
+//! random stream.
+//!
+//! A run draws its whole configuration from the seed (clients, authorities, server
+//! features and policies, resource timeout, latencies, watch churn, fault rates), then
+//! goes through two phases:
+//! - **safety**: watches come and go, snapshots change, and faults strike: stream resets,
+//!   graceful server closes, channel failures, blackholes (connections that never
+//!   establish, open ones that stall until a keepalive kills them), server restarts
+//!   that forget streams and nonces, slow connects and slow sends, undecodable and
+//!   invalid resources, deletions, TP3 `resource_errors`, duplicate responses, reordered
+//!   types, junk messages, and events for streams that are already gone;
+//! - **liveness**: the faults stop, the servers repair their snapshots, and within a
+//!   virtual-time bound every watcher must hold exactly the server's current value, or
+//!   does-not-exist (or its cached value where SotW cannot express a deletion).
+//!
+//! The checker runs after every client step; the run's trace is hashed so the same seed
+//! can be shown to give the same trace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Write as _};
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use xds_proto_core::client::{
+    Action, ClientConfig, ErrorKind, Event, ServerId, StreamId, WatchEvent, WatcherId,
+};
+use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use xds_proto_core::resource::builtin_types;
+use xds_proto_core::{Bootstrap, Code, Instant, Status};
+
+use super::check::{CheckOptions, CheckedClient, Violation};
+use super::rng::SimRng;
+use super::server::{
+    ManagementServer, SIM_TYPES, ServerPolicy, SimResource, all_required, invalid_any, valid_any,
+};
+
+/// How long a connection attempt to a blackholed server hangs before it fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// The most steps one run may take; more means a livelock.
+const MAX_STEPS: u64 = 2_000_000;
+/// What a fallback server adds to the generation of each resource it serves.
+const FALLBACK_GENERATION_OFFSET: u32 = 20_000;
+/// The authority the simulator's `xdstp://` names use.
+const AUTHORITY: &str = "auth.sim";
+
+/// How one run is made.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimOptions {
+    /// Turn on the core's planted A57 bug in every client (feature `planted-bug`).
+    pub planted_bug: bool,
+    /// Keep the human-readable trace (always hashed; kept only when asked).
+    pub trace: bool,
+}
+
+/// Counts of what a run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Steps taken (events and timer firings).
+    pub steps: u64,
+    /// Client inputs checked.
+    pub client_steps: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Streams the clients opened.
+    pub streams: u64,
+    /// Requests the clients emitted.
+    pub requests: u64,
+    /// Responses delivered to clients.
+    pub responses: u64,
+    /// Notifications delivered to watchers.
+    pub notifications: u64,
+    /// Does-not-exist (or transient timeout) notifications.
+    pub does_not_exist: u64,
+}
+
+/// What a passing run reports.
+#[derive(Clone, Debug)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// The hash of the whole trace, for the determinism check.
+    pub trace_hash: u64,
+    /// Counts.
+    pub stats: SimStats,
+    /// When the faults stopped.
+    pub heal_at: Instant,
+    /// How long after the heal every watcher last became (and stayed) converged.
+    pub converged_after: Option<Duration>,
+    /// The configuration drawn from the seed, in one line.
+    pub plan: String,
+    /// The trace, when [`SimOptions::trace`] was set.
+    pub trace: Vec<String>,
+}
+
+/// A failing run.
+#[derive(Clone, Debug)]
+pub struct SimFailure {
+    /// The seed.
+    pub seed: u64,
+    /// The broken rule.
+    pub rule: String,
+    /// When.
+    pub at: Instant,
+    /// What happened.
+    pub detail: String,
+    /// The configuration drawn from the seed.
+    pub plan: String,
+    /// The trace up to the failure (empty unless traced; [`run`] traces a failing seed
+    /// again to fill it). `Display` shows the last 80 lines.
+    pub trace: Vec<String>,
+}
+
+impl fmt::Display for SimFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "simulation seed {} failed: invariant `{}` broken at {}",
+            self.seed, self.rule, self.at
+        )?;
+        writeln!(f, "  {}", self.detail)?;
+        writeln!(f, "plan: {}", self.plan)?;
+        if !self.trace.is_empty() {
+            let tail = &self.trace[self.trace.len().saturating_sub(80)..];
+            writeln!(f, "last {} trace lines:", tail.len())?;
+            for line in tail {
+                writeln!(f, "  {line}")?;
+            }
+        }
+        write!(f, "replay: {}", replay_command(self.seed))
+    }
+}
+
+impl std::error::Error for SimFailure {}
+
+/// The one command that replays `seed` with its full trace.
+pub fn replay_command(seed: u64) -> String {
+    format!(
+        "XDS_SIM_SEED={seed} cargo test -p xds-proto-tests --test simulation -- replay --nocapture"
+    )
+}
+
+/// Runs one seed. On failure, runs it again with the trace on to show how it got there.
+pub fn run(seed: u64, opts: &SimOptions) -> Result<SimReport, SimFailure> {
+    match World::new(seed, *opts).and_then(World::run) {
+        Ok(report) => Ok(report),
+        Err(mut failure) if !opts.trace => {
+            let traced = SimOptions {
+                trace: true,
+                ..*opts
+            };
+            if let Err(again) = World::new(seed, traced).and_then(World::run) {
+                failure.trace = again.trace;
+            }
+            Err(failure)
+        }
+        Err(failure) => Err(failure),
+    }
+}
+
+/// 64-bit FNV-1a, fed through `fmt::Write` so trace lines hash without allocating.
+struct Fnv(u64);
+
+impl fmt::Write for Fnv {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for b in s.bytes() {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Features {
+    fail_on_data_errors: bool,
+    transient_timer: bool,
+}
+
+/// The configuration drawn from the seed.
+#[derive(Clone, Debug)]
+struct Plan {
+    clients: usize,
+    /// 0: no authority; 1: an authority with its own servers; 2: one that uses the
+    /// top-level servers.
+    authority: u8,
+    list_fallback: bool,
+    features: [Features; 2],
+    resource_timeout: Duration,
+    safety: Duration,
+    latency_ms: (u64, u64),
+    connect_ms: u64,
+    buffering: Vec<bool>,
+    reports_connectivity: Vec<bool>,
+    churn_mean_ms: Vec<u64>,
+    update_mean_ms: u64,
+    fault_mean_ms: u64,
+    fault_weights: [u64; FAULT_KINDS],
+    p_never: f64,
+    p_slow_connect: f64,
+    p_slow_send: f64,
+    p_dup: f64,
+    policies: [ServerPolicy; 2],
+}
+
+const FAULT_KINDS: usize = 8;
+const FAULT_NAMES: [&str; FAULT_KINDS] = [
+    "reset",
+    "goaway",
+    "channel-failure",
+    "blackhole",
+    "restart",
+    "junk",
+    "duplicate",
+    "ghost",
+];
+
+impl Plan {
+    fn draw(rng: &mut SimRng) -> Plan {
+        let clients = rng.range(1, 3) as usize;
+        let mut features = [Features {
+            fail_on_data_errors: false,
+            transient_timer: false,
+        }; 2];
+        for f in &mut features {
+            f.fail_on_data_errors = rng.chance(0.3);
+            f.transient_timer = rng.chance(0.15);
+        }
+        let mut policies = [ServerPolicy::default(); 2];
+        for p in &mut policies {
+            p.ignore_stale_nonce = rng.chance(0.5);
+            p.empty_is_wildcard = rng.chance(0.3);
+            p.wrap_resources = rng.chance(0.3);
+        }
+        let lo = rng.range(0, 20);
+        let quiet = rng.chance(0.1);
+        let mut fault_weights = [0u64; FAULT_KINDS];
+        for w in &mut fault_weights {
+            *w = if rng.chance(0.75) {
+                rng.range(1, 10)
+            } else {
+                0
+            };
+        }
+        fault_weights[0] += 1;
+        Plan {
+            clients,
+            authority: rng.range(0, 2) as u8,
+            list_fallback: rng.chance(0.3),
+            features,
+            resource_timeout: Duration::from_secs(rng.range(5, 15)),
+            safety: Duration::from_secs(rng.range(60, 200)),
+            latency_ms: (lo, lo + rng.range(1, 250)),
+            connect_ms: rng.range(1, 300),
+            buffering: (0..clients).map(|_| rng.chance(0.5)).collect(),
+            reports_connectivity: (0..clients).map(|_| rng.chance(0.5)).collect(),
+            churn_mean_ms: (0..clients).map(|_| rng.range(300, 6000)).collect(),
+            update_mean_ms: rng.range(300, 5000),
+            fault_mean_ms: if quiet {
+                600_000
+            } else {
+                rng.range(1000, 20_000)
+            },
+            fault_weights,
+            p_never: if rng.chance(0.5) {
+                rng.range(0, 30) as f64 / 100.0
+            } else {
+                0.0
+            },
+            p_slow_connect: rng.range(0, 15) as f64 / 100.0,
+            p_slow_send: rng.range(0, 10) as f64 / 100.0,
+            p_dup: rng.range(0, 10) as f64 / 100.0,
+            policies,
+        }
+    }
+
+    fn summary(&self) -> String {
+        let faults: Vec<String> = FAULT_NAMES
+            .iter()
+            .zip(self.fault_weights)
+            .filter(|(_, w)| *w > 0)
+            .map(|(n, w)| format!("{n}:{w}"))
+            .collect();
+        format!(
+            "{} client(s) buffering={:?} conn-reports={:?}; authority mode {} fallback-listed={}; features {:?}; \
+             policies {:?}; timeout {:?}; safety {:?}; latency {:?} ms; connect <= {} ms; churn {:?} ms; \
+             updates {} ms; faults every ~{} ms [{}]; p(never)={} p(slow connect)={} p(slow send)={} p(dup)={}",
+            self.clients,
+            self.buffering,
+            self.reports_connectivity,
+            self.authority,
+            self.list_fallback,
+            self.features,
+            self.policies,
+            self.resource_timeout,
+            self.safety,
+            self.latency_ms,
+            self.connect_ms,
+            self.churn_mean_ms,
+            self.update_mean_ms,
+            self.fault_mean_ms,
+            faults.join(" "),
+            self.p_never,
+            self.p_slow_connect,
+            self.p_slow_send,
+            self.p_dup,
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Churn {
+        client: usize,
+    },
+    Update,
+    Fault,
+    Heal,
+    Probe,
+    End,
+    Connect {
+        conn: u64,
+    },
+    ConnectFail {
+        conn: u64,
+        reason: &'static str,
+    },
+    SendDone {
+        conn: u64,
+    },
+    BufferedSent {
+        conn: u64,
+    },
+    ServerRecv {
+        conn: u64,
+        request: Box<DiscoveryRequest>,
+    },
+    ServerFlush {
+        conn: u64,
+    },
+    ServerSeesClose {
+        conn: u64,
+    },
+    ClientRecv {
+        conn: u64,
+        bytes: Bytes,
+    },
+    ClientClosed {
+        conn: u64,
+        status: Status,
+    },
+    Kill {
+        conn: u64,
+    },
+    ServerUp {
+        server: usize,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    Connecting,
+    Open,
+    Closed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Normal,
+    NeverEstablish,
+    Refused,
+}
+
+#[derive(Clone, Debug)]
+struct Conn {
+    client: usize,
+    stream: StreamId,
+    server_id: ServerId,
+    server: usize,
+    state: ConnState,
+    fate: Fate,
+    stalled: bool,
+    pending: Option<DiscoveryRequest>,
+    backlog: Vec<DiscoveryRequest>,
+    c2s_last: Instant,
+    s2c_last: Instant,
+    last_bytes: Option<Bytes>,
+}
+
+struct SimClient {
+    cc: CheckedClient,
+    buffering: bool,
+    reports_connectivity: bool,
+    churn_mean_ms: u64,
+}
+
+/// A group of names served by the same servers (the top level, or the authority).
+#[derive(Clone, Debug)]
+struct Group {
+    servers: Vec<usize>,
+    features: Features,
+    names: Vec<(&'static str, String)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Safety,
+    Liveness,
+}
+
+struct World {
+    seed: u64,
+    opts: SimOptions,
+    plan: Plan,
+    rng: SimRng,
+    now: Instant,
+    seq: u64,
+    queue: BTreeMap<(Instant, u64), Ev>,
+    clients: Vec<SimClient>,
+    servers: Vec<ManagementServer>,
+    groups: Vec<Group>,
+    conns: BTreeMap<u64, Conn>,
+    conn_of: BTreeMap<(usize, StreamId), u64>,
+    next_conn: u64,
+    flush_due: BTreeSet<u64>,
+    blackholes: BTreeMap<(usize, usize), Instant>,
+    ever_bad: BTreeSet<(usize, &'static str, String)>,
+    generation: u32,
+    phase: Phase,
+    heal_at: Instant,
+    end_at: Instant,
+    hash: Fnv,
+    trace: Vec<String>,
+    stats: SimStats,
+    converged_at: Option<Instant>,
+}
+
+fn short(type_url: &str) -> &str {
+    type_url.rsplit('.').next().unwrap_or(type_url)
+}
+
+fn type_path(type_url: &str) -> &str {
+    type_url.rsplit('/').next().unwrap_or(type_url)
+}
+
+fn prefix(type_url: &str) -> &'static str {
+    match short(type_url) {
+        "Listener" => "l",
+        "RouteConfiguration" => "r",
+        "Cluster" => "c",
+        _ => "e",
+    }
+}
+
+fn server_json(uri: &str, f: Features) -> String {
+    let mut features = Vec::new();
+    if f.fail_on_data_errors {
+        features.push("\"fail_on_data_errors\"");
+    }
+    if f.transient_timer {
+        features.push("\"resource_timer_is_transient_error\"");
+    }
+    format!(
+        r#"{{"server_uri": "{uri}", "channel_creds": [{{"type": "insecure"}}], "server_features": [{}]}}"#,
+        features.join(", ")
+    )
+}
+
+fn describe_request(r: &DiscoveryRequest) -> String {
+    format!(
+        "{} {:?} v={:?} n={:?}{}{}",
+        short(&r.type_url),
+        r.resource_names,
+        r.version_info,
+        r.response_nonce,
+        if r.node.is_some() { " +node" } else { "" },
+        r.error_detail
+            .as_ref()
+            .map(|e| format!(" NACK({})", e.message))
+            .unwrap_or_default()
+    )
+}
+
+fn describe_response(bytes: &Bytes) -> String {
+    match DiscoveryResponse::decode(bytes.clone()) {
+        Ok(r) => format!(
+            "{} v={:?} n={:?} {} resource(s) {} error(s) [{} bytes]",
+            short(&r.type_url),
+            r.version_info,
+            r.nonce,
+            r.resources.len(),
+            r.resource_errors.len(),
+            bytes.len()
+        ),
+        Err(_) => format!("junk {bytes:?}"),
+    }
+}
+
+fn describe_action(a: &Action) -> String {
+    match a {
+        Action::StartStream {
+            server,
+            config,
+            stream,
+        } => {
+            format!("StartStream {stream:?} {server:?} {}", config.server_uri)
+        }
+        Action::SendRequest { stream, request } => {
+            format!("SendRequest {stream:?} {}", describe_request(request))
+        }
+        Action::Notify(n) => format!(
+            "Notify {:?} {} {:?} {:?}",
+            n.watcher,
+            short(n.type_url),
+            n.name,
+            n.event
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+fn describe_event(e: &Event) -> String {
+    match e {
+        Event::ResponseReceived { stream, bytes } => {
+            format!("Response {stream:?} {}", describe_response(bytes))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+impl World {
+    fn new(seed: u64, opts: SimOptions) -> Result<World, SimFailure> {
+        let mut rng = SimRng::new(seed);
+        let plan = Plan::draw(&mut rng);
+        let fail = |rule: &str, detail: String| SimFailure {
+            seed,
+            rule: rule.to_string(),
+            at: Instant::ZERO,
+            detail,
+            plan: plan.summary(),
+            trace: Vec::new(),
+        };
+        check_fixtures().map_err(|d| fail("fixtures-decode-as-intended", d))?;
+
+        // Servers: the top-level group, and the authority's own when it has them.
+        let mut servers = Vec::new();
+        let mut groups = Vec::new();
+        let group_servers = |tag: &str, g: usize, servers: &mut Vec<ManagementServer>| {
+            let mut ids = vec![servers.len()];
+            servers.push(ManagementServer::new(
+                format!("xds-{tag}.sim:443"),
+                plan.policies[g],
+            ));
+            if plan.list_fallback {
+                ids.push(servers.len());
+                servers.push(ManagementServer::new(
+                    format!("xds-{tag}2.sim:443"),
+                    plan.policies[g],
+                ));
+            }
+            ids
+        };
+        let top = group_servers("a", 0, &mut servers);
+        let mut names0 = Vec::new();
+        let mut names1 = Vec::new();
+        for t in SIM_TYPES {
+            for i in 0..3 {
+                names0.push((t, format!("{}{i}", prefix(t))));
+            }
+            for i in 0..2 {
+                names1.push((
+                    t,
+                    format!("xdstp://{AUTHORITY}/{}/{}{i}", type_path(t), prefix(t)),
+                ));
+            }
+        }
+        groups.push(Group {
+            servers: top.clone(),
+            features: plan.features[0],
+            names: names0,
+        });
+        let mut authorities = String::new();
+        match plan.authority {
+            1 => {
+                let own = group_servers("b", 1, &mut servers);
+                let list: Vec<String> = own
+                    .iter()
+                    .map(|i| server_json(&servers[*i].uri, plan.features[1]))
+                    .collect();
+                authorities = format!(
+                    r#", "authorities": {{"{AUTHORITY}": {{"xds_servers": [{}]}}}}"#,
+                    list.join(", ")
+                );
+                groups.push(Group {
+                    servers: own,
+                    features: plan.features[1],
+                    names: names1,
+                });
+            }
+            2 => {
+                authorities = format!(r#", "authorities": {{"{AUTHORITY}": {{}}}}"#);
+                groups.push(Group {
+                    servers: top.clone(),
+                    features: plan.features[0],
+                    names: names1,
+                });
+            }
+            _ => {}
+        }
+        let top_list: Vec<String> = top
+            .iter()
+            .map(|i| server_json(&servers[*i].uri, plan.features[0]))
+            .collect();
+
+        let mut clients = Vec::new();
+        for i in 0..plan.clients {
+            let json = format!(
+                r#"{{"xds_servers": [{}], "node": {{"id": "sim-client-{i}", "cluster": "sim"}}{authorities}}}"#,
+                top_list.join(", ")
+            );
+            let bootstrap = Bootstrap::from_json_str(&json)
+                .map_err(|e| fail("sim-bootstrap", format!("{e}: {json}")))?;
+            let mut config = ClientConfig::new(bootstrap);
+            config.resource_timeout = plan.resource_timeout;
+            let mut cc =
+                CheckedClient::new(config, rng.next_u64(), CheckOptions { exact_timing: true });
+            if opts.planted_bug {
+                cc.client_mut().plant_bug(true);
+            }
+            clients.push(SimClient {
+                cc,
+                buffering: plan.buffering[i],
+                reports_connectivity: plan.reports_connectivity[i],
+                churn_mean_ms: plan.churn_mean_ms[i],
+            });
+        }
+
+        let start = Instant::from_secs(1_000);
+        let heal_at = start + plan.safety;
+        let bound = Duration::from_secs(150) + plan.resource_timeout + Duration::from_secs(60);
+        let mut world = World {
+            seed,
+            opts,
+            plan,
+            rng,
+            now: start,
+            seq: 0,
+            queue: BTreeMap::new(),
+            clients,
+            servers,
+            groups,
+            conns: BTreeMap::new(),
+            conn_of: BTreeMap::new(),
+            next_conn: 1,
+            flush_due: BTreeSet::new(),
+            blackholes: BTreeMap::new(),
+            ever_bad: BTreeSet::new(),
+            generation: 1,
+            phase: Phase::Safety,
+            heal_at,
+            end_at: heal_at + bound,
+            hash: Fnv(0xcbf2_9ce4_8422_2325),
+            trace: Vec::new(),
+            stats: SimStats::default(),
+            converged_at: None,
+        };
+        // The initial snapshots: about two thirds of the names exist.
+        for g in 0..world.groups.len() {
+            for (t, name) in world.groups[g].names.clone() {
+                if world.rng.chance(0.65) {
+                    world.set_resource(g, t, &name, SimResource::Valid(1));
+                }
+            }
+        }
+        for c in 0..world.clients.len() {
+            world.schedule(start, Ev::Churn { client: c });
+        }
+        let update = world.rng.exp_millis(world.plan.update_mean_ms);
+        world.schedule(start + update, Ev::Update);
+        let fault = world.rng.exp_millis(world.plan.fault_mean_ms);
+        world.schedule(start + fault, Ev::Fault);
+        world.schedule(heal_at, Ev::Heal);
+        world.schedule(world.end_at, Ev::End);
+        Ok(world)
+    }
+
+    fn run(mut self) -> Result<SimReport, SimFailure> {
+        loop {
+            self.stats.steps += 1;
+            if self.stats.steps > MAX_STEPS {
+                return Err(self.failure(
+                    "step-budget",
+                    "more than 2,000,000 steps: a livelock".to_string(),
+                ));
+            }
+            let timer = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.cc.poll_timeout().map(|t| (t, i)))
+                .min();
+            let next_event = self.queue.first_key_value().map(|(k, _)| k.0);
+            match (timer, next_event) {
+                (Some((t, i)), e) if e.is_none_or(|e| t <= e) => {
+                    self.now = self.now.max(t);
+                    self.note(format_args!("c{i} timeout"));
+                    let actions = self.clients[i]
+                        .cc
+                        .timeout(self.now)
+                        .map_err(|v| self.violation(v))?;
+                    self.stats.client_steps += 1;
+                    self.apply(i, actions)?;
+                }
+                (_, Some(_)) => {
+                    let ((t, _), ev) = self.queue.pop_first().expect("an event");
+                    self.now = t;
+                    if matches!(ev, Ev::End) {
+                        return self.finish();
+                    }
+                    self.handle(ev)?;
+                }
+                _ => return self.finish(),
+            }
+        }
+    }
+
+    // ----- bookkeeping -----
+
+    fn schedule(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), ev);
+    }
+
+    fn note(&mut self, args: fmt::Arguments<'_>) {
+        let _ = write!(self.hash, "{} ", self.now.as_nanos());
+        let _ = self.hash.write_fmt(args);
+        let _ = self.hash.write_str("\n");
+        if self.opts.trace {
+            self.trace.push(format!("{} {args}", self.now));
+        }
+    }
+
+    fn failure(&self, rule: &str, detail: String) -> SimFailure {
+        SimFailure {
+            seed: self.seed,
+            rule: rule.to_string(),
+            at: self.now,
+            detail,
+            plan: self.plan.summary(),
+            trace: self.trace.clone(),
+        }
+    }
+
+    fn violation(&self, v: Violation) -> SimFailure {
+        SimFailure {
+            at: v.at,
+            ..self.failure(v.rule, v.detail)
+        }
+    }
+
+    fn latency(&mut self) -> Duration {
+        let (lo, hi) = self.plan.latency_ms;
+        self.rng.millis(lo, hi)
+    }
+
+    fn safety(&self) -> bool {
+        self.phase == Phase::Safety
+    }
+
+    fn set_resource(&mut self, group: usize, t: &'static str, name: &str, r: SimResource) {
+        if matches!(r, SimResource::Invalid | SimResource::Error(_)) {
+            self.ever_bad.insert((group, t, name.to_string()));
+        }
+        self.note(format_args!("group {group}: {} {name:?} = {r:?}", short(t)));
+        for (rank, s) in self.groups[group].servers.clone().into_iter().enumerate() {
+            // A fallback server serves its own (older, say) content for the same names,
+            // so that whose data a watcher holds is visible.
+            let r = match r {
+                SimResource::Valid(g) => {
+                    SimResource::Valid(g + FALLBACK_GENERATION_OFFSET * rank as u32)
+                }
+                other => other,
+            };
+            self.servers[s].set(t, name, r);
+            self.wake_streams(s);
+        }
+    }
+
+    fn remove_resource(&mut self, group: usize, t: &'static str, name: &str) {
+        self.note(format_args!("group {group}: {} {name:?} deleted", short(t)));
+        for s in self.groups[group].servers.clone() {
+            self.servers[s].remove(t, name);
+            self.wake_streams(s);
+        }
+    }
+
+    /// After a snapshot change, every stream of the server gets a flush.
+    fn wake_streams(&mut self, server: usize) {
+        let keys: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(k, c)| c.server == server && self.servers[server].has_stream(**k))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.schedule_flush(k);
+        }
+    }
+
+    fn schedule_flush(&mut self, conn: u64) {
+        if self.flush_due.insert(conn) {
+            let at = self.now + self.rng.millis(0, 20);
+            self.schedule(at, Ev::ServerFlush { conn });
+        }
+    }
+
+    fn group_of(&self, name: &str) -> usize {
+        if name.starts_with("xdstp://") && self.groups.len() > 1 {
+            1
+        } else {
+            0
+        }
+    }
+
+    // ----- client steps -----
+
+    fn deliver(&mut self, client: usize, event: Event) -> Result<(), SimFailure> {
+        self.note(format_args!("c{client} <- {}", describe_event(&event)));
+        if matches!(event, Event::ResponseReceived { .. }) {
+            self.stats.responses += 1;
+        }
+        let actions = self.clients[client]
+            .cc
+            .event(self.now, event)
+            .map_err(|v| self.violation(v))?;
+        self.stats.client_steps += 1;
+        self.apply(client, actions)
+    }
+
+    fn apply(&mut self, client: usize, actions: Vec<Action>) -> Result<(), SimFailure> {
+        for action in actions {
+            self.note(format_args!("c{client} -> {}", describe_action(&action)));
+            match action {
+                Action::StartStream {
+                    server,
+                    config,
+                    stream,
+                } => {
+                    self.stats.streams += 1;
+                    self.start_conn(client, server, &config.server_uri, stream)?;
+                }
+                Action::SendRequest { stream, request } => {
+                    self.stats.requests += 1;
+                    self.client_send(client, stream, *request);
+                }
+                Action::CloseStream { stream } => self.client_close(client, stream),
+                Action::DropChannel { .. } => {}
+                Action::Notify(n) => {
+                    self.stats.notifications += 1;
+                    if let WatchEvent::Changed(Err(e)) = &n.event
+                        && matches!(e.kind, ErrorKind::DoesNotExist | ErrorKind::Timeout)
+                    {
+                        self.stats.does_not_exist += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn start_conn(
+        &mut self,
+        client: usize,
+        server_id: ServerId,
+        uri: &str,
+        stream: StreamId,
+    ) -> Result<(), SimFailure> {
+        let Some(server) = self.servers.iter().position(|s| s.uri == uri) else {
+            return Err(self.failure(
+                "known-server",
+                format!("stream to {uri}, which the bootstrap does not list"),
+            ));
+        };
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let blackholed = self
+            .blackholes
+            .get(&(client, server))
+            .is_some_and(|until| *until > self.now);
+        let fate = if blackholed || (self.safety() && self.rng.chance(self.plan.p_never)) {
+            Fate::NeverEstablish
+        } else if !self.servers[server].is_up() {
+            Fate::Refused
+        } else {
+            Fate::Normal
+        };
+        let (delay, ev) = match fate {
+            Fate::Normal => {
+                let slow = self.safety() && self.rng.chance(self.plan.p_slow_connect);
+                let d = if slow {
+                    self.rng.millis(1_000, 40_000)
+                } else {
+                    self.rng.millis(1, self.plan.connect_ms)
+                };
+                (d, Ev::Connect { conn: id })
+            }
+            Fate::Refused => (
+                self.rng.millis(1, 50),
+                Ev::ConnectFail {
+                    conn: id,
+                    reason: "connection refused",
+                },
+            ),
+            Fate::NeverEstablish => (
+                CONNECT_TIMEOUT,
+                Ev::ConnectFail {
+                    conn: id,
+                    reason: "connection attempt timed out",
+                },
+            ),
+        };
+        self.note(format_args!(
+            "net: conn {id} for c{client} {stream:?} to {uri}: {fate:?} in {delay:?}"
+        ));
+        self.conns.insert(
+            id,
+            Conn {
+                client,
+                stream,
+                server_id,
+                server,
+                state: ConnState::Connecting,
+                fate,
+                stalled: false,
+                pending: None,
+                backlog: Vec::new(),
+                c2s_last: self.now,
+                s2c_last: self.now,
+                last_bytes: None,
+            },
+        );
+        self.conn_of.insert((client, stream), id);
+        self.schedule(self.now + delay, ev);
+        Ok(())
+    }
+
+    fn send_delay(&mut self) -> Duration {
+        if self.safety() && self.rng.chance(self.plan.p_slow_send) {
+            self.rng.millis(1_000, 30_000)
+        } else {
+            self.rng.millis(0, 2)
+        }
+    }
+
+    fn client_send(&mut self, client: usize, stream: StreamId, request: DiscoveryRequest) {
+        let Some(&id) = self.conn_of.get(&(client, stream)) else {
+            return;
+        };
+        let buffering = self.clients[client].buffering;
+        let state = self.conns[&id].state;
+        self.conns.get_mut(&id).expect("conn").pending = Some(request);
+        match state {
+            ConnState::Open => {
+                let d = self.send_delay();
+                self.schedule(self.now + d, Ev::SendDone { conn: id });
+            }
+            ConnState::Connecting if buffering => {
+                let d = self.rng.millis(0, 5);
+                self.schedule(self.now + d, Ev::BufferedSent { conn: id });
+            }
+            _ => {}
+        }
+    }
+
+    fn client_close(&mut self, client: usize, stream: StreamId) {
+        let Some(&id) = self.conn_of.get(&(client, stream)) else {
+            return;
+        };
+        let c = self.conns.get_mut(&id).expect("conn");
+        c.state = ConnState::Closed;
+        let server = c.server;
+        if self.servers[server].has_stream(id) {
+            let at = self.now + self.latency();
+            self.schedule(at, Ev::ServerSeesClose { conn: id });
+        }
+    }
+
+    /// The transport gives up on a connection: a channel failure (when the client's
+    /// transport reports them) and the stream's close.
+    fn fail_conn(&mut self, id: u64, reason: &str) -> Result<(), SimFailure> {
+        let c = self.conns.get_mut(&id).expect("conn");
+        if c.state == ConnState::Closed {
+            return Ok(());
+        }
+        c.state = ConnState::Closed;
+        let (client, stream, server_id, server) = (c.client, c.stream, c.server_id, c.server);
+        self.servers[server].close_stream(id);
+        self.note(format_args!("net: conn {id} fails: {reason}"));
+        if self.clients[client].reports_connectivity {
+            self.deliver(
+                client,
+                Event::ConnectivityFailure {
+                    server: server_id,
+                    reason: reason.to_string(),
+                },
+            )?;
+        }
+        self.deliver(
+            client,
+            Event::StreamClosed {
+                stream,
+                status: Status::new(Code::UNAVAILABLE, reason),
+            },
+        )
+    }
+
+    fn send_to_server(&mut self, id: u64, request: DiscoveryRequest) {
+        let lat = self.latency();
+        let c = self.conns.get_mut(&id).expect("conn");
+        let at = (self.now + lat).max(c.c2s_last);
+        c.c2s_last = at;
+        self.schedule(
+            at,
+            Ev::ServerRecv {
+                conn: id,
+                request: Box::new(request),
+            },
+        );
+    }
+
+    fn send_to_client(&mut self, id: u64, bytes: Bytes) {
+        let lat = self.latency();
+        let c = self.conns.get_mut(&id).expect("conn");
+        let at = (self.now + lat).max(c.s2c_last);
+        c.s2c_last = at;
+        self.schedule(at, Ev::ClientRecv { conn: id, bytes });
+    }
+
+    fn open_conns(&self) -> Vec<u64> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.state == ConnState::Open && !c.stalled)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    // ----- events -----
+
+    fn handle(&mut self, ev: Ev) -> Result<(), SimFailure> {
+        match ev {
+            Ev::Churn { client } => self.churn(client),
+            Ev::Update => {
+                if self.safety() {
+                    self.update();
+                    let gap = self.rng.exp_millis(self.plan.update_mean_ms);
+                    self.schedule(self.now + gap, Ev::Update);
+                }
+                Ok(())
+            }
+            Ev::Fault => {
+                if !self.safety() {
+                    return Ok(());
+                }
+                let gap = self.rng.exp_millis(self.plan.fault_mean_ms);
+                self.schedule(self.now + gap, Ev::Fault);
+                self.fault()
+            }
+            Ev::Heal => self.heal(),
+            Ev::Probe => {
+                let converged = (0..self.clients.len()).all(|i| self.converged(i).is_ok());
+                if !converged {
+                    self.converged_at = None;
+                } else if self.converged_at.is_none() {
+                    self.converged_at = Some(self.now);
+                }
+                self.schedule(self.now + Duration::from_secs(1), Ev::Probe);
+                Ok(())
+            }
+            Ev::End => Ok(()),
+            Ev::Connect { conn } => self.on_connect(conn),
+            Ev::ConnectFail { conn, reason } => {
+                if self.conns[&conn].state == ConnState::Connecting {
+                    self.fail_conn(conn, reason)?;
+                }
+                Ok(())
+            }
+            Ev::SendDone { conn } => self.on_send_done(conn),
+            Ev::BufferedSent { conn } => {
+                let c = &self.conns[&conn];
+                match c.state {
+                    ConnState::Connecting if c.pending.is_some() => {
+                        let c = self.conns.get_mut(&conn).expect("conn");
+                        let request = c.pending.take().expect("pending");
+                        c.backlog.push(request);
+                        let (client, stream) = (c.client, c.stream);
+                        self.deliver(client, Event::RequestSent { stream })
+                    }
+                    ConnState::Open => self.on_send_done(conn),
+                    _ => Ok(()),
+                }
+            }
+            Ev::ServerRecv { conn, request } => {
+                let server = self.conns[&conn].server;
+                if self.servers[server].has_stream(conn)
+                    && self.servers[server].on_request(conn, &request)
+                {
+                    self.schedule_flush(conn);
+                }
+                Ok(())
+            }
+            Ev::ServerFlush { conn } => {
+                self.flush_due.remove(&conn);
+                let server = self.conns[&conn].server;
+                let responses = self.servers[server].flush(conn, &mut self.rng);
+                for r in responses {
+                    let t = r.type_url.clone();
+                    self.send_to_client(conn, r.encode_to_vec().into());
+                    if self.safety() && self.rng.chance(self.plan.p_dup) {
+                        let fresh = self.rng.chance(0.5);
+                        if let Some(dup) = self.servers[server].duplicate(conn, &t, fresh) {
+                            self.note(format_args!(
+                                "fault: duplicate {} on conn {conn} (fresh nonce: {fresh})",
+                                short(&t)
+                            ));
+                            self.send_to_client(conn, dup.encode_to_vec().into());
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Ev::ServerSeesClose { conn } => {
+                let server = self.conns[&conn].server;
+                self.servers[server].close_stream(conn);
+                Ok(())
+            }
+            Ev::ClientRecv { conn, bytes } => {
+                let c = self.conns.get_mut(&conn).expect("conn");
+                if c.state != ConnState::Open || c.stalled {
+                    return Ok(());
+                }
+                c.last_bytes = Some(bytes.clone());
+                let (client, stream) = (c.client, c.stream);
+                self.deliver(client, Event::ResponseReceived { stream, bytes })
+            }
+            Ev::ClientClosed { conn, status } => {
+                let c = self.conns.get_mut(&conn).expect("conn");
+                if c.state != ConnState::Open {
+                    return Ok(());
+                }
+                c.state = ConnState::Closed;
+                let (client, stream) = (c.client, c.stream);
+                self.deliver(client, Event::StreamClosed { stream, status })
+            }
+            Ev::Kill { conn } => self.fail_conn(conn, "keepalive timeout"),
+            Ev::ServerUp { server } => {
+                let uri = self.servers[server].uri.clone();
+                self.note(format_args!("srv {uri} up"));
+                self.servers[server].start();
+                Ok(())
+            }
+        }
+    }
+
+    fn on_connect(&mut self, conn: u64) -> Result<(), SimFailure> {
+        let c = &self.conns[&conn];
+        if c.state != ConnState::Connecting || c.fate != Fate::Normal {
+            return Ok(());
+        }
+        if !self.servers[c.server].is_up() {
+            return self.fail_conn(conn, "connection refused");
+        }
+        let (client, stream, server) = (c.client, c.stream, c.server);
+        self.servers[server].open_stream(conn);
+        let c = self.conns.get_mut(&conn).expect("conn");
+        c.state = ConnState::Open;
+        let backlog = std::mem::take(&mut c.backlog);
+        let has_pending = c.pending.is_some();
+        for request in backlog {
+            self.send_to_server(conn, request);
+        }
+        if has_pending {
+            let d = self.send_delay();
+            self.schedule(self.now + d, Ev::SendDone { conn });
+        }
+        self.deliver(client, Event::StreamStarted { stream })
+    }
+
+    fn on_send_done(&mut self, conn: u64) -> Result<(), SimFailure> {
+        let c = self.conns.get_mut(&conn).expect("conn");
+        if c.state != ConnState::Open || c.stalled {
+            return Ok(());
+        }
+        let Some(request) = c.pending.take() else {
+            return Ok(());
+        };
+        let (client, stream) = (c.client, c.stream);
+        self.send_to_server(conn, request);
+        self.deliver(client, Event::RequestSent { stream })
+    }
+
+    fn churn(&mut self, client: usize) -> Result<(), SimFailure> {
+        if !self.safety() {
+            return Ok(());
+        }
+        let gap = self.rng.exp_millis(self.clients[client].churn_mean_ms);
+        self.schedule(self.now + gap, Ev::Churn { client });
+        let active: Vec<WatcherId> = self.clients[client].cc.watchers().keys().copied().collect();
+        if active.is_empty() || self.rng.chance(0.55) {
+            if self.rng.chance(0.03) {
+                let name = "xdstp://nowhere.sim/envoy.config.cluster.v3.Cluster/c0";
+                return self.watch(client, crate::CDS, name);
+            }
+            let g = self.rng.index(self.groups.len());
+            let (t, name) = self.rng.pick(&self.groups[g].names).clone();
+            self.watch(client, t, &name)
+        } else {
+            let w = *self.rng.pick(&active);
+            self.note(format_args!("c{client} cancel {w:?}"));
+            let actions = self.clients[client]
+                .cc
+                .cancel(self.now, w)
+                .map_err(|v| self.violation(v))?;
+            self.stats.client_steps += 1;
+            self.apply(client, actions)
+        }
+    }
+
+    fn watch(&mut self, client: usize, t: &'static str, name: &str) -> Result<(), SimFailure> {
+        let (result, actions) = self.clients[client]
+            .cc
+            .watch(self.now, t, name)
+            .map_err(|v| self.violation(v))?;
+        self.stats.client_steps += 1;
+        self.note(format_args!(
+            "c{client} watch {} {name:?} -> {result:?}",
+            short(t)
+        ));
+        if name.contains("nowhere.sim") == result.is_ok() {
+            return Err(self.failure(
+                "watch-unknown-authority",
+                format!("watch({name}) returned {result:?}"),
+            ));
+        }
+        self.apply(client, actions)
+    }
+
+    fn update(&mut self) {
+        let g = self.rng.index(self.groups.len());
+        let (t, name) = self.rng.pick(&self.groups[g].names).clone();
+        let current = self.servers[self.groups[g].servers[0]].resource(t, &name);
+        match self.rng.weighted(&[45, 10, 15, 10, 12, 8]) {
+            1 if matches!(current, Some(SimResource::Valid(_))) => {
+                let r = current.expect("valid");
+                self.set_resource(g, t, &name, r);
+            }
+            2 => self.remove_resource(g, t, &name),
+            3 if invalid_any(t, &name).is_some() => {
+                self.set_resource(g, t, &name, SimResource::Invalid)
+            }
+            4 => {
+                let code = *self.rng.pick(&[
+                    Code::NOT_FOUND,
+                    Code::PERMISSION_DENIED,
+                    Code::UNAVAILABLE,
+                    Code::INTERNAL,
+                    Code::UNKNOWN,
+                    Code(42),
+                ]);
+                self.set_resource(g, t, &name, SimResource::Error(code));
+            }
+            5 => {
+                self.note(format_args!(
+                    "group {g}: next {} response carries junk",
+                    short(t)
+                ));
+                for s in self.groups[g].servers.clone() {
+                    self.servers[s].inject_garbage(t);
+                    self.wake_streams(s);
+                }
+            }
+            _ => {
+                self.generation += 1;
+                let gen_ = self.generation;
+                self.set_resource(g, t, &name, SimResource::Valid(gen_));
+            }
+        }
+    }
+
+    fn fault(&mut self) -> Result<(), SimFailure> {
+        self.stats.faults += 1;
+        let kind = self.rng.weighted(&self.plan.fault_weights);
+        let open = self.open_conns();
+        match kind {
+            0 if !open.is_empty() => {
+                let id = *self.rng.pick(&open);
+                self.note(format_args!("fault: reset conn {id}"));
+                let c = self.conns.get_mut(&id).expect("conn");
+                c.state = ConnState::Closed;
+                let (client, stream, server) = (c.client, c.stream, c.server);
+                self.servers[server].close_stream(id);
+                let status = Status::new(Code::UNAVAILABLE, "stream reset by the network");
+                self.deliver(client, Event::StreamClosed { stream, status })
+            }
+            1 if !open.is_empty() => {
+                let id = *self.rng.pick(&open);
+                let status = if self.rng.chance(0.5) {
+                    Status::new(Code::OK, "")
+                } else {
+                    Status::new(Code::UNAVAILABLE, "max connection age")
+                };
+                self.note(format_args!("fault: server closes conn {id} with {status}"));
+                let server = self.conns[&id].server;
+                self.servers[server].close_stream(id);
+                let lat = self.latency();
+                let c = self.conns.get_mut(&id).expect("conn");
+                let at = (self.now + lat).max(c.s2c_last);
+                c.s2c_last = at;
+                self.schedule(at, Ev::ClientClosed { conn: id, status });
+                Ok(())
+            }
+            2 => {
+                let live: Vec<u64> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.state != ConnState::Closed)
+                    .map(|(k, _)| *k)
+                    .collect();
+                if live.is_empty() {
+                    return Ok(());
+                }
+                let id = *self.rng.pick(&live);
+                self.fail_conn(id, "connection reset by peer")
+            }
+            3 => {
+                let client = self.rng.index(self.clients.len());
+                let server = self.rng.index(self.servers.len());
+                let until = self.now + self.rng.millis(5_000, 60_000);
+                let uri = self.servers[server].uri.clone();
+                self.note(format_args!(
+                    "fault: blackhole c{client} -> {uri} until {until}"
+                ));
+                self.blackholes.insert((client, server), until);
+                let hit: Vec<u64> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| {
+                        c.client == client && c.server == server && c.state != ConnState::Closed
+                    })
+                    .map(|(k, _)| *k)
+                    .collect();
+                for id in hit {
+                    let keepalive = self.rng.millis(10_000, 20_000);
+                    let c = self.conns.get_mut(&id).expect("conn");
+                    if c.state == ConnState::Open {
+                        c.stalled = true;
+                        self.schedule(self.now + keepalive, Ev::Kill { conn: id });
+                    } else if c.fate == Fate::Normal {
+                        c.fate = Fate::NeverEstablish;
+                        self.schedule(
+                            self.now + CONNECT_TIMEOUT,
+                            Ev::ConnectFail {
+                                conn: id,
+                                reason: "connection attempt timed out",
+                            },
+                        );
+                    }
+                }
+                Ok(())
+            }
+            4 => {
+                let server = self.rng.index(self.servers.len());
+                if !self.servers[server].is_up() {
+                    return Ok(());
+                }
+                let down = self.rng.millis(500, 30_000);
+                let uri = self.servers[server].uri.clone();
+                self.note(format_args!("fault: restart {uri} (down {down:?})"));
+                self.servers[server].restart();
+                self.schedule(self.now + down, Ev::ServerUp { server });
+                let hit: Vec<u64> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.server == server && c.state == ConnState::Open)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for id in hit {
+                    let c = self.conns.get_mut(&id).expect("conn");
+                    c.state = ConnState::Closed;
+                    let (client, stream) = (c.client, c.stream);
+                    let status = Status::new(Code::UNAVAILABLE, "server restarted");
+                    self.deliver(client, Event::StreamClosed { stream, status })?;
+                }
+                Ok(())
+            }
+            5 if !open.is_empty() => {
+                let id = *self.rng.pick(&open);
+                self.note(format_args!("fault: junk message on conn {id}"));
+                let (client, stream) = (self.conns[&id].client, self.conns[&id].stream);
+                let bytes = Bytes::from_static(&[0xff, 0xff, 0xff, 0x07]);
+                self.deliver(client, Event::ResponseReceived { stream, bytes })
+            }
+            6 if !open.is_empty() => {
+                let id = *self.rng.pick(&open);
+                let server = self.conns[&id].server;
+                let types = self.servers[server].stream_types(id);
+                if types.is_empty() {
+                    return Ok(());
+                }
+                let t = *self.rng.pick(&types);
+                let fresh = self.rng.chance(0.5);
+                if let Some(dup) = self.servers[server].duplicate(id, t, fresh) {
+                    self.note(format_args!(
+                        "fault: duplicate {} on conn {id} (fresh nonce: {fresh})",
+                        short(t)
+                    ));
+                    self.send_to_client(id, dup.encode_to_vec().into());
+                }
+                Ok(())
+            }
+            7 => {
+                let dead: Vec<u64> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.state == ConnState::Closed)
+                    .map(|(k, _)| *k)
+                    .collect();
+                if dead.is_empty() {
+                    return Ok(());
+                }
+                let id = *self.rng.pick(&dead);
+                let c = self.conns[&id].clone();
+                let event = match self.rng.index(4) {
+                    0 => Event::StreamStarted { stream: c.stream },
+                    1 => Event::RequestSent { stream: c.stream },
+                    2 => Event::ResponseReceived {
+                        stream: c.stream,
+                        bytes: c.last_bytes.unwrap_or_default(),
+                    },
+                    _ => Event::StreamClosed {
+                        stream: c.stream,
+                        status: Status::new(Code::UNAVAILABLE, "late close"),
+                    },
+                };
+                self.note(format_args!("fault: ghost event for conn {id}"));
+                self.deliver(c.client, event)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn heal(&mut self) -> Result<(), SimFailure> {
+        self.note(format_args!("heal: faults stop, snapshots are repaired"));
+        self.phase = Phase::Liveness;
+        self.blackholes.clear();
+        for s in 0..self.servers.len() {
+            self.servers[s].clear_garbage();
+            if !self.servers[s].is_up() {
+                self.servers[s].start();
+            }
+        }
+        let troubled: Vec<(u64, &'static str)> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match (c.state, c.fate, c.stalled) {
+                (ConnState::Open, _, true) => Some((*k, "keepalive timeout")),
+                (ConnState::Connecting, Fate::NeverEstablish, _) => {
+                    Some((*k, "connection attempt timed out"))
+                }
+                _ => None,
+            })
+            .collect();
+        for (id, reason) in troubled {
+            self.fail_conn(id, reason)?;
+        }
+        for g in 0..self.groups.len() {
+            for (t, name) in self.groups[g].names.clone() {
+                let bad = self.ever_bad.contains(&(g, t, name.clone()));
+                if bad || self.rng.chance(0.75) {
+                    self.generation += 1;
+                    let gen_ = self.generation;
+                    self.set_resource(g, t, &name, SimResource::Valid(gen_));
+                } else {
+                    self.remove_resource(g, t, &name);
+                }
+            }
+        }
+        for client in 0..self.clients.len() {
+            if self.clients[client].cc.watchers().is_empty() {
+                let (t, name) = self.rng.pick(&self.groups[0].names).clone();
+                self.watch(client, t, &name)?;
+            }
+        }
+        self.schedule(self.now + Duration::from_secs(1), Ev::Probe);
+        Ok(())
+    }
+
+    /// Whether every watcher of `client` holds the server's current state.
+    fn converged(&self, client: usize) -> Result<(), String> {
+        let cc = &self.clients[client].cc;
+        let snapshot = cc.client().resource_snapshot();
+        for (w, ws) in cc.watchers() {
+            let group = &self.groups[self.group_of(&ws.name)];
+            let server = &self.servers[group.servers[0]];
+            let entry = snapshot
+                .iter()
+                .find(|r| r.type_url == ws.type_url && *r.name == *ws.name);
+            let held = match &ws.held {
+                None => "nothing".to_string(),
+                Some(Ok(v)) => format!("{v:?}"),
+                Some(Err(e)) => format!("error {:?}: {}", e.kind, e.status),
+            };
+            let ok = match server.resource(ws.type_url, &ws.name) {
+                Some(SimResource::Valid(g)) => {
+                    let want = valid_any(ws.type_url, &ws.name, g).value;
+                    matches!(&ws.held, Some(Ok(v))
+                        if entry.is_some_and(|e| e.raw.as_ref() == Some(&want) && e.value.as_ref() == Some(v)))
+                }
+                None => match &ws.held {
+                    Some(Err(e)) => {
+                        e.kind == ErrorKind::DoesNotExist
+                            || (group.features.transient_timer && e.kind == ErrorKind::Timeout)
+                    }
+                    Some(Ok(v)) => {
+                        !(group.features.fail_on_data_errors && all_required(ws.type_url))
+                            && entry.is_some_and(|e| e.value.as_ref() == Some(v))
+                    }
+                    None => false,
+                },
+                Some(other) => {
+                    return Err(format!(
+                        "the server still holds {other:?} for {:?}",
+                        ws.name
+                    ));
+                }
+            };
+            if !ok {
+                return Err(format!(
+                    "c{client} {w:?} ({} {:?}): server {} holds {:?}; the watcher holds {held}; the cache: {:?}",
+                    short(ws.type_url),
+                    ws.name,
+                    server.uri,
+                    server.resource(ws.type_url, &ws.name),
+                    entry.map(|e| (e.status, e.version.clone())),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<SimReport, SimFailure> {
+        for client in 0..self.clients.len() {
+            if let Err(detail) = self.converged(client) {
+                return Err(self.failure(
+                    "liveness",
+                    format!(
+                        "{:?} after the heal, not converged: {detail}",
+                        self.now.saturating_duration_since(self.heal_at)
+                    ),
+                ));
+            }
+            if let Some(t) = self.clients[client].cc.poll_timeout() {
+                return Err(self.failure(
+                    "quiescent-at-end",
+                    format!("c{client} converged yet still has a timer at {t}: a timer outlived its reason"),
+                ));
+            }
+        }
+        self.note(format_args!("end: converged"));
+        Ok(SimReport {
+            seed: self.seed,
+            trace_hash: self.hash.0,
+            stats: self.stats,
+            heal_at: self.heal_at,
+            converged_after: self
+                .converged_at
+                .map(|t| t.saturating_duration_since(self.heal_at)),
+            plan: self.plan.summary(),
+            trace: std::mem::take(&mut self.trace),
+        })
+    }
+}
+
+/// The simulator's fixtures must decode as it intends: valid ones to their name,
+/// invalid ones to an error that names them. Until the decoders are complete this is
+/// the first thing to fail, with a message that says so.
+fn check_fixtures() -> Result<(), String> {
+    for ty in builtin_types() {
+        let t = ty.type_url();
+        let any = valid_any(t, "probe", 1);
+        match ty.decode_erased(&any.value) {
+            Ok((name, _)) if name == "probe" => {}
+            other => return Err(format!("valid {} fixture decodes to {other:?}", short(t))),
+        }
+        if let Some(bad) = invalid_any(t, "probe") {
+            match ty.decode_erased(&bad.value) {
+                Err(e) if e.name.as_deref() == Some("probe") => {}
+                other => return Err(format!("invalid {} fixture decodes to {other:?}", short(t))),
+            }
+        }
+    }
+    Ok(())
+}
