@@ -12,7 +12,9 @@ use prost::Message;
 use xds_proto_core::client::{Action, ClientConfig, Event, WatchEvent, XdsClient};
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::{ClusterResource, EndpointsResource, ListenerResource, RouteConfigResource};
+use xds_proto_core::resource::{
+    ClusterResource, EndpointsResource, ListenerResource, RouteConfigResource,
+};
 use xds_proto_core::{Bootstrap, Code, Instant, Status, StreamId};
 use xds_proto_tests::fixtures;
 use xds_proto_tests::{CDS, EDS, LDS, ONE_SERVER_BOOTSTRAP, RDS};
@@ -68,20 +70,35 @@ struct Session {
 
 impl Session {
     fn log(&self, line: &str) {
-        println!("[{:>8}] {line}", self.now.saturating_duration_since(Instant::ZERO).as_secs_f64().to_string() + "s");
+        println!(
+            "[{:>8}] {line}",
+            self.now
+                .saturating_duration_since(Instant::ZERO)
+                .as_secs_f64()
+                .to_string()
+                + "s"
+        );
     }
 
     fn drain(&mut self) {
         while let Some(action) = self.client.poll_action() {
             match action {
                 Action::StartStream { config, stream, .. } => {
-                    self.log(&format!("-> start ADS stream {} to {}", stream.0, config.server_uri));
+                    self.log(&format!(
+                        "-> start ADS stream {} to {}",
+                        stream.0, config.server_uri
+                    ));
                     self.stream = Some(stream);
                     self.last_names.clear();
-                    self.client.handle_event(self.now, Event::StreamStarted { stream });
+                    self.client
+                        .handle_event(self.now, Event::StreamStarted { stream });
                 }
                 Action::SendRequest { stream, request } => {
-                    let kind = if request.error_detail.is_some() { "NACK" } else { "request" };
+                    let kind = if request.error_detail.is_some() {
+                        "NACK"
+                    } else {
+                        "request"
+                    };
                     self.log(&format!(
                         "-> {kind} {} names={:?} version={:?} nonce={:?}{}{}",
                         short(&request.type_url),
@@ -89,24 +106,42 @@ impl Session {
                         request.version_info,
                         request.response_nonce,
                         if request.node.is_some() { " +node" } else { "" },
-                        request.error_detail.as_ref().map(|e| format!(" error={:?}", e.message)).unwrap_or_default(),
+                        request
+                            .error_detail
+                            .as_ref()
+                            .map(|e| format!(" error={:?}", e.message))
+                            .unwrap_or_default(),
                     ));
-                    let changed = self.last_names.get(&request.type_url) != Some(&request.resource_names);
-                    self.last_names.insert(request.type_url.clone(), request.resource_names.clone());
+                    let changed =
+                        self.last_names.get(&request.type_url) != Some(&request.resource_names);
+                    self.last_names
+                        .insert(request.type_url.clone(), request.resource_names.clone());
                     if let Some(resp) = self.plane.answer(&request, changed) {
                         self.outbox.push(resp);
                     }
-                    self.client.handle_event(self.now, Event::RequestSent { stream });
+                    self.client
+                        .handle_event(self.now, Event::RequestSent { stream });
                 }
-                Action::CloseStream { stream } => self.log(&format!("-> close stream {}", stream.0)),
-                Action::DropChannel { server } => self.log(&format!("-> drop channel {}", server.0)),
+                Action::CloseStream { stream } => {
+                    self.log(&format!("-> close stream {}", stream.0))
+                }
+                Action::DropChannel { server } => {
+                    self.log(&format!("-> drop channel {}", server.0))
+                }
                 Action::Notify(n) => {
                     let what = match &n.event {
                         WatchEvent::Changed(Ok(v)) => format!("update: {}", describe(v)),
                         WatchEvent::Changed(Err(e)) => format!("error: {e}"),
-                        WatchEvent::AmbientError(e) => format!("ambient error (keeping value): {e}"),
+                        WatchEvent::AmbientError(e) => {
+                            format!("ambient error (keeping value): {e}")
+                        }
                     };
-                    self.log(&format!("<= watcher {} {} {:?} {what}", n.watcher.0, short(n.type_url), &*n.name));
+                    self.log(&format!(
+                        "<= watcher {} {} {:?} {what}",
+                        n.watcher.0,
+                        short(n.type_url),
+                        &*n.name
+                    ));
                     if let WatchEvent::Changed(Ok(v)) = &n.event {
                         self.follow(v);
                     }
@@ -118,16 +153,25 @@ impl Session {
     /// Follows the chain: a listener's route config, a route's clusters, a cluster's endpoints.
     fn follow(&mut self, v: &xds_proto_core::ResourceValue) {
         let next: Vec<(&str, String)> = if let Some(l) = v.downcast_ref::<ListenerResource>() {
-            l.route_config_name().map(|r| vec![(RDS, r.to_string())]).unwrap_or_default()
+            l.route_config_name()
+                .map(|r| vec![(RDS, r.to_string())])
+                .unwrap_or_default()
         } else if let Some(r) = v.downcast_ref::<RouteConfigResource>() {
             r.cluster_names().into_iter().map(|c| (CDS, c)).collect()
         } else if let Some(c) = v.downcast_ref::<ClusterResource>() {
-            c.eds_service_name().map(|s| vec![(EDS, s.to_string())]).unwrap_or_default()
+            c.eds_service_name()
+                .map(|s| vec![(EDS, s.to_string())])
+                .unwrap_or_default()
         } else {
             vec![]
         };
         for (ty, name) in next {
-            if !self.client.resource_snapshot().iter().any(|r| r.type_url == ty && *r.name == name) {
+            if !self
+                .client
+                .resource_snapshot()
+                .iter()
+                .any(|r| r.type_url == ty && *r.name == name)
+            {
                 self.client.watch(ty, &name, self.now).expect("watch");
             }
         }
@@ -147,7 +191,13 @@ impl Session {
                     resp.nonce,
                     resp.resources.len()
                 ));
-                self.client.handle_event(self.now, Event::ResponseReceived { stream, bytes: Bytes::from(resp.encode_to_vec()) });
+                self.client.handle_event(
+                    self.now,
+                    Event::ResponseReceived {
+                        stream,
+                        bytes: Bytes::from(resp.encode_to_vec()),
+                    },
+                );
                 self.drain();
             }
         }
@@ -170,9 +220,16 @@ fn short(type_url: &str) -> &str {
 
 fn describe(v: &xds_proto_core::ResourceValue) -> String {
     if let Some(l) = v.downcast_ref::<ListenerResource>() {
-        format!("listener -> route config {:?}", l.route_config_name().unwrap_or("(inline)"))
+        format!(
+            "listener -> route config {:?}",
+            l.route_config_name().unwrap_or("(inline)")
+        )
     } else if let Some(r) = v.downcast_ref::<RouteConfigResource>() {
-        format!("{} virtual host(s), clusters {:?}", r.virtual_hosts.len(), r.cluster_names())
+        format!(
+            "{} virtual host(s), clusters {:?}",
+            r.virtual_hosts.len(),
+            r.cluster_names()
+        )
     } else if let Some(c) = v.downcast_ref::<ClusterResource>() {
         format!("EDS cluster, max_requests {}", c.max_requests)
     } else if let Some(e) = v.downcast_ref::<EndpointsResource>() {
@@ -194,10 +251,31 @@ fn main() {
         last_names: HashMap::new(),
         outbox: Vec::new(),
     };
-    s.plane.set(LDS, vec![("demo.listener", fixtures::listener("demo.listener", "demo.routes"))]);
-    s.plane.set(RDS, vec![("demo.routes", fixtures::route_config("demo.routes", "demo.cluster"))]);
-    s.plane.set(CDS, vec![("demo.cluster", fixtures::cluster("demo.cluster"))]);
-    s.plane.set(EDS, vec![("demo.cluster", fixtures::endpoints("demo.cluster", &[8080, 8081]))]);
+    s.plane.set(
+        LDS,
+        vec![(
+            "demo.listener",
+            fixtures::listener("demo.listener", "demo.routes"),
+        )],
+    );
+    s.plane.set(
+        RDS,
+        vec![(
+            "demo.routes",
+            fixtures::route_config("demo.routes", "demo.cluster"),
+        )],
+    );
+    s.plane.set(
+        CDS,
+        vec![("demo.cluster", fixtures::cluster("demo.cluster"))],
+    );
+    s.plane.set(
+        EDS,
+        vec![(
+            "demo.cluster",
+            fixtures::endpoints("demo.cluster", &[8080, 8081]),
+        )],
+    );
 
     println!("== follow the chain from listener \"demo.listener\"");
     s.client.watch(LDS, "demo.listener", s.now).expect("watch");
@@ -205,29 +283,74 @@ fn main() {
 
     println!("\n== the control plane adds an endpoint");
     s.advance(Duration::from_secs(5));
-    s.plane.set(EDS, vec![("demo.cluster", fixtures::endpoints("demo.cluster", &[8080, 8081, 8082]))]);
+    s.plane.set(
+        EDS,
+        vec![(
+            "demo.cluster",
+            fixtures::endpoints("demo.cluster", &[8080, 8081, 8082]),
+        )],
+    );
     let names = vec!["demo.cluster".to_string()];
-    s.outbox.push(s.plane.answer(&DiscoveryRequest { type_url: EDS.into(), resource_names: names.clone(), ..Default::default() }, true).unwrap());
+    s.outbox.push(
+        s.plane
+            .answer(
+                &DiscoveryRequest {
+                    type_url: EDS.into(),
+                    resource_names: names.clone(),
+                    ..Default::default()
+                },
+                true,
+            )
+            .unwrap(),
+    );
     s.settle();
 
     println!("\n== the control plane pushes an invalid cluster (it is NACKed, the old one stays)");
-    s.plane.set(CDS, vec![("demo.cluster", fixtures::invalid_cluster("demo.cluster"))]);
-    s.outbox.push(s.plane.answer(&DiscoveryRequest { type_url: CDS.into(), resource_names: names, ..Default::default() }, true).unwrap());
+    s.plane.set(
+        CDS,
+        vec![("demo.cluster", fixtures::invalid_cluster("demo.cluster"))],
+    );
+    s.outbox.push(
+        s.plane
+            .answer(
+                &DiscoveryRequest {
+                    type_url: CDS.into(),
+                    resource_names: names,
+                    ..Default::default()
+                },
+                true,
+            )
+            .unwrap(),
+    );
     s.settle();
 
     println!("\n== the stream is reset after responses: reconnect at once, cache kept");
     if let Some(stream) = s.stream.take() {
-        s.client.handle_event(s.now, Event::StreamClosed { stream, status: Status::new(Code::UNAVAILABLE, "connection reset") });
+        s.client.handle_event(
+            s.now,
+            Event::StreamClosed {
+                stream,
+                status: Status::new(Code::UNAVAILABLE, "connection reset"),
+            },
+        );
     }
     s.settle();
 
     println!("\n== watch a listener the control plane does not have");
-    s.client.watch(LDS, "missing.listener", s.now).expect("watch");
+    s.client
+        .watch(LDS, "missing.listener", s.now)
+        .expect("watch");
     s.settle();
     s.advance(Duration::from_secs(16));
 
     println!("\n== CSDS");
     for r in s.client.resource_snapshot() {
-        println!("{:<22} {:<18} {:?} version={:?}", short(r.type_url), &*r.name, r.status, &*r.version);
+        println!(
+            "{:<22} {:<18} {:?} version={:?}",
+            short(r.type_url),
+            &*r.name,
+            r.status,
+            &*r.version
+        );
     }
 }

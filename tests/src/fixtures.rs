@@ -13,13 +13,15 @@ use xds_proto_core::pb::envoy::extensions::filters::network::http_connection_man
 use xds_proto_core::pb::google::protobuf::{Any, UInt32Value};
 use xds_proto_core::resource::type_url;
 
-const HCM_TYPE_URL: &str =
-    "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const HCM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 
 /// Packs a message into an `Any` with the given type URL.
 pub fn any(type_url: &str, message: &impl Message) -> Any {
-    Any { type_url: type_url.to_string(), value: message.encode_to_vec().into() }
+    Any {
+        type_url: type_url.to_string(),
+        value: message.encode_to_vec().into(),
+    }
 }
 
 fn ads() -> core::ConfigSource {
@@ -34,13 +36,18 @@ fn ads() -> core::ConfigSource {
 /// The HttpConnectionManager of a client listener that takes its routes from RDS.
 pub fn hcm_rds(route_config_name: &str) -> hcm::HttpConnectionManager {
     hcm::HttpConnectionManager {
-        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
-            config_source: Some(ads()),
-            route_config_name: route_config_name.to_string(),
-        })),
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+            hcm::Rds {
+                config_source: Some(ads()),
+                route_config_name: route_config_name.to_string(),
+            },
+        )),
         http_filters: vec![hcm::HttpFilter {
             name: "router".to_string(),
-            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(ROUTER_TYPE_URL, &Router::default()))),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
+                ROUTER_TYPE_URL,
+                &Router::default(),
+            ))),
             ..Default::default()
         }],
         ..Default::default()
@@ -65,7 +72,13 @@ pub fn listener(name: &str, route_config_name: &str) -> Any {
 
 /// A listener that fails validation: no api_listener and no address.
 pub fn invalid_listener(name: &str) -> Any {
-    any(type_url::LISTENER, &listener::Listener { name: name.to_string(), ..Default::default() })
+    any(
+        type_url::LISTENER,
+        &listener::Listener {
+            name: name.to_string(),
+            ..Default::default()
+        },
+    )
 }
 
 /// A route configuration with one virtual host for `*` routing every path to `cluster`.
@@ -81,7 +94,9 @@ pub fn route_config_msg(name: &str, cluster: &str) -> route::RouteConfiguration 
                     ..Default::default()
                 }),
                 action: Some(route::route::Action::Route(route::RouteAction {
-                    cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster.to_string())),
+                    cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(
+                        cluster.to_string(),
+                    )),
                     ..Default::default()
                 })),
                 ..Default::default()
@@ -94,7 +109,10 @@ pub fn route_config_msg(name: &str, cluster: &str) -> route::RouteConfiguration 
 
 /// [`route_config_msg`] as an `Any`.
 pub fn route_config(name: &str, cluster: &str) -> Any {
-    any(type_url::ROUTE_CONFIGURATION, &route_config_msg(name, cluster))
+    any(
+        type_url::ROUTE_CONFIGURATION,
+        &route_config_msg(name, cluster),
+    )
 }
 
 /// An EDS cluster fetching its endpoints over ADS (service name = its name for xdstp
@@ -109,11 +127,17 @@ pub fn cluster_msg(name: &str, max_requests: u32) -> cluster::Cluster {
         eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
             eds_config: Some(ads()),
             // gRPC requires an explicit EDS service name for xdstp: cluster names.
-            service_name: if name.starts_with("xdstp:") { name.to_string() } else { String::new() },
+            service_name: if name.starts_with("xdstp:") {
+                name.to_string()
+            } else {
+                String::new()
+            },
         }),
         circuit_breakers: Some(cluster::CircuitBreakers {
             thresholds: vec![cluster::circuit_breakers::Thresholds {
-                max_requests: Some(UInt32Value { value: max_requests }),
+                max_requests: Some(UInt32Value {
+                    value: max_requests,
+                }),
                 ..Default::default()
             }],
             ..Default::default()
@@ -135,8 +159,9 @@ pub fn cluster_v(name: &str, max_requests: u32) -> Any {
 /// A cluster that fails validation: STATIC discovery type.
 pub fn invalid_cluster(name: &str) -> Any {
     let mut c = cluster_msg(name, 1024);
-    c.cluster_discovery_type =
-        Some(cluster::cluster::ClusterDiscoveryType::Type(cluster::cluster::DiscoveryType::Static as i32));
+    c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
+        cluster::cluster::DiscoveryType::Static as i32,
+    ));
     any(type_url::CLUSTER, &c)
 }
 
@@ -154,16 +179,22 @@ pub fn endpoints_msg(name: &str, ports: &[u32]) -> endpoint::ClusterLoadAssignme
             lb_endpoints: ports
                 .iter()
                 .map(|port| endpoint::LbEndpoint {
-                    host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(endpoint::Endpoint {
-                        address: Some(core::Address {
-                            address: Some(core::address::Address::SocketAddress(core::SocketAddress {
-                                address: "127.0.0.1".to_string(),
-                                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(*port)),
-                                ..Default::default()
-                            })),
-                        }),
-                        ..Default::default()
-                    })),
+                    host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+                        endpoint::Endpoint {
+                            address: Some(core::Address {
+                                address: Some(core::address::Address::SocketAddress(
+                                    core::SocketAddress {
+                                        address: "127.0.0.1".to_string(),
+                                        port_specifier: Some(
+                                            core::socket_address::PortSpecifier::PortValue(*port),
+                                        ),
+                                        ..Default::default()
+                                    },
+                                )),
+                            }),
+                            ..Default::default()
+                        },
+                    )),
                     health_status: core::HealthStatus::Healthy as i32,
                     ..Default::default()
                 })
@@ -176,5 +207,8 @@ pub fn endpoints_msg(name: &str, ports: &[u32]) -> endpoint::ClusterLoadAssignme
 
 /// [`endpoints_msg`] as an `Any`.
 pub fn endpoints(name: &str, ports: &[u32]) -> Any {
-    any(type_url::CLUSTER_LOAD_ASSIGNMENT, &endpoints_msg(name, ports))
+    any(
+        type_url::CLUSTER_LOAD_ASSIGNMENT,
+        &endpoints_msg(name, ports),
+    )
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use xds_proto_core::client::{Action, ClientConfig, Event, Notification, StreamId, WatcherId, XdsClient};
+use xds_proto_core::client::{
+    Action, ClientConfig, Event, Notification, StreamId, WatcherId, XdsClient,
+};
 use xds_proto_core::pb::envoy::service::discovery::v3::{
     DiscoveryRequest, DiscoveryResponse, ResourceError, ResourceName,
 };
@@ -104,7 +106,11 @@ impl Harness {
         let bootstrap = Bootstrap::from_json_str(json).expect("test bootstrap parses");
         let mut config = ClientConfig::new(bootstrap);
         tune(&mut config);
-        Harness { client: XdsClient::new(config, 1), now: Instant::from_secs(1000), pending: VecDeque::new() }
+        Harness {
+            client: XdsClient::new(config, 1),
+            now: Instant::from_secs(1000),
+            pending: VecDeque::new(),
+        }
     }
 
     fn collect(&mut self) {
@@ -115,7 +121,10 @@ impl Harness {
 
     /// Watches a resource.
     pub fn watch(&mut self, type_url: &str, name: &str) -> WatcherId {
-        let id = self.client.watch(type_url, name, self.now).expect("watch accepted");
+        let id = self
+            .client
+            .watch(type_url, name, self.now)
+            .expect("watch accepted");
         self.collect();
         id
     }
@@ -143,23 +152,39 @@ impl Harness {
     }
 
     /// Delivers a response.
-    pub fn respond(&mut self, stream: StreamId, type_url: &str, version: &str, nonce: &str, resources: Vec<Any>) {
+    pub fn respond(
+        &mut self,
+        stream: StreamId,
+        type_url: &str,
+        version: &str,
+        nonce: &str,
+        resources: Vec<Any>,
+    ) {
         self.respond_with(stream, response(type_url, version, nonce, resources));
     }
 
     /// Delivers a response built by the test.
     pub fn respond_with(&mut self, stream: StreamId, response: DiscoveryResponse) {
-        self.event(Event::ResponseReceived { stream, bytes: Bytes::from(response.encode_to_vec()) });
+        self.event(Event::ResponseReceived {
+            stream,
+            bytes: Bytes::from(response.encode_to_vec()),
+        });
     }
 
     /// Closes a stream with a status.
     pub fn close(&mut self, stream: StreamId, code: Code, message: &str) {
-        self.event(Event::StreamClosed { stream, status: Status::new(code, message) });
+        self.event(Event::StreamClosed {
+            stream,
+            status: Status::new(code, message),
+        });
     }
 
     /// Reports a channel connectivity failure.
     pub fn connectivity_failure(&mut self, server: usize, reason: &str) {
-        self.event(Event::ConnectivityFailure { server: ServerId(server), reason: reason.to_string() });
+        self.event(Event::ConnectivityFailure {
+            server: ServerId(server),
+            reason: reason.to_string(),
+        });
     }
 
     /// Advances virtual time by `by`, firing every timer due on the way at its deadline.
@@ -183,7 +208,9 @@ impl Harness {
 
     /// Takes the next action, panicking with the remaining ones if there is none.
     pub fn next_action(&mut self) -> Action {
-        self.pending.pop_front().expect("expected another action, got none")
+        self.pending
+            .pop_front()
+            .expect("expected another action, got none")
     }
 
     /// The next action must be a `StartStream`; returns its stream id.
@@ -212,7 +239,11 @@ impl Harness {
 
     /// No action may be pending.
     pub fn expect_nothing(&mut self) {
-        assert!(self.pending.is_empty(), "expected no action, got {:?}", self.pending);
+        assert!(
+            self.pending.is_empty(),
+            "expected no action, got {:?}",
+            self.pending
+        );
     }
 
     /// The actions pending, without taking them.
@@ -224,7 +255,10 @@ impl Harness {
     /// request, reports the stream started and the request sent. Returns the stream.
     pub fn connect_first(&mut self, type_url: &str, names: &[&str]) -> StreamId {
         let stream = self.expect_start();
-        assert_eq!(self.expect_request(stream), Req::new(type_url, names, "", "").with_node());
+        assert_eq!(
+            self.expect_request(stream),
+            Req::new(type_url, names, "", "").with_node()
+        );
         self.started(stream);
         self.sent(stream);
         stream
@@ -238,7 +272,12 @@ impl Default for Harness {
 }
 
 /// A SotW response.
-pub fn response(type_url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> DiscoveryResponse {
+pub fn response(
+    type_url: &str,
+    version: &str,
+    nonce: &str,
+    resources: Vec<Any>,
+) -> DiscoveryResponse {
     DiscoveryResponse {
         version_info: version.to_string(),
         resources,
@@ -251,7 +290,10 @@ pub fn response(type_url: &str, version: &str, nonce: &str, resources: Vec<Any>)
 /// A TP3 `resource_errors` entry.
 pub fn resource_error(name: &str, code: Code, message: &str) -> ResourceError {
     ResourceError {
-        resource_name: Some(ResourceName { name: name.to_string(), ..Default::default() }),
+        resource_name: Some(ResourceName {
+            name: name.to_string(),
+            ..Default::default()
+        }),
         error_detail: Some(xds_proto_core::pb::google::rpc::Status {
             code: code.0,
             message: message.to_string(),

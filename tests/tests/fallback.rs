@@ -48,7 +48,11 @@ fn b_cluster(name: &str) -> String {
 /// The next action must open a stream to `uri`; returns its id and server.
 fn expect_start_to(h: &mut Harness, uri: &str) -> (StreamId, ServerId) {
     match h.next_action() {
-        Action::StartStream { server, config, stream } => {
+        Action::StartStream {
+            server,
+            config,
+            stream,
+        } => {
             assert_eq!(config.server_uri, uri);
             (stream, server)
         }
@@ -64,12 +68,18 @@ fn is_value(event: &WatchEvent) -> bool {
 fn fall_back_at_startup(h: &mut Harness) -> (StreamId, StreamId) {
     h.watch(CDS, "c1");
     let (p, _) = expect_start_to(h, "primary:443");
-    assert_eq!(h.expect_request(p), Req::new(CDS, &["c1"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(p),
+        Req::new(CDS, &["c1"], "", "").with_node()
+    );
     h.started(p);
     h.sent(p);
     h.close(p, Code::UNAVAILABLE, "connection refused");
     let (f, _) = expect_start_to(h, "fallback:443");
-    assert_eq!(h.expect_request(f), Req::new(CDS, &["c1"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(f),
+        Req::new(CDS, &["c1"], "", "").with_node()
+    );
     h.expect_nothing(); // no error reported while a lower-priority server is tried
     h.started(f);
     h.sent(f);
@@ -113,19 +123,31 @@ fn a_new_uncached_watch_while_the_primary_is_down_triggers_fallback_for_all_name
     h.sent(p);
     h.close(p, Code::UNAVAILABLE, "goaway"); // after a response: reconnect at once
     let (p2, _) = expect_start_to(&mut h, "primary:443");
-    assert_eq!(h.expect_request(p2), Req::new(CDS, &["c1"], "1", "").with_node());
+    assert_eq!(
+        h.expect_request(p2),
+        Req::new(CDS, &["c1"], "1", "").with_node()
+    );
     h.close(p2, Code::UNAVAILABLE, "refused"); // all cached: ambient error, no fallback
-    assert!(matches!(h.expect_notify().event, WatchEvent::AmbientError(_)));
+    assert!(matches!(
+        h.expect_notify().event,
+        WatchEvent::AmbientError(_)
+    ));
     h.expect_nothing();
     // A watch for an uncached resource now starts fallback, subscribing every name there.
     let w2 = h.watch(CDS, "c2");
     let (f, _) = expect_start_to(&mut h, "fallback:443");
-    assert_eq!(h.expect_request(f), Req::new(CDS, &["c1", "c2"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(f),
+        Req::new(CDS, &["c1", "c2"], "", "").with_node()
+    );
     h.expect_nothing();
     // The primary keeps being retried with every name too.
     h.advance(3 * SECOND);
     let (p3, _) = expect_start_to(&mut h, "primary:443");
-    assert_eq!(h.expect_request(p3), Req::new(CDS, &["c1", "c2"], "1", "").with_node());
+    assert_eq!(
+        h.expect_request(p3),
+        Req::new(CDS, &["c1", "c2"], "1", "").with_node()
+    );
     // The fallback's data is used meanwhile.
     h.started(f);
     h.sent(f);
@@ -145,16 +167,27 @@ fn the_first_primary_response_switches_back_and_closes_the_fallback_stream() {
     h.sent(f);
     h.advance(2 * SECOND);
     let (p, _) = expect_start_to(&mut h, "primary:443");
-    assert_eq!(h.expect_request(p), Req::new(CDS, &["c1"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(p),
+        Req::new(CDS, &["c1"], "", "").with_node()
+    );
     h.started(p);
     h.sent(p);
     h.respond(p, CDS, "p1", "pn1", vec![cluster_v("c1", 2)]);
     assert_eq!(h.next_action(), Action::CloseStream { stream: f });
-    assert_eq!(h.next_action(), Action::DropChannel { server: ServerId(1) });
+    assert_eq!(
+        h.next_action(),
+        Action::DropChannel {
+            server: ServerId(1)
+        }
+    );
     // The primary's data replaces the fallback's.
     let n = h.expect_notify();
     let value = match &n.event {
-        WatchEvent::Changed(Ok(v)) => v.downcast_ref::<xds_proto_core::resource::ClusterResource>().unwrap().clone(),
+        WatchEvent::Changed(Ok(v)) => v
+            .downcast_ref::<xds_proto_core::resource::ClusterResource>()
+            .unwrap()
+            .clone(),
         other => panic!("{other:?}"),
     };
     assert_eq!(value.max_requests, 2);
@@ -182,13 +215,22 @@ fn identical_bytes_from_the_primary_after_fallback_cause_no_notification() {
         h.take(),
         vec![
             Action::CloseStream { stream: f },
-            Action::DropChannel { server: ServerId(1) },
-            Action::SendRequest { stream: p, request: Box::new(ack(&["c1"], "p1", "pn1")) },
+            Action::DropChannel {
+                server: ServerId(1)
+            },
+            Action::SendRequest {
+                stream: p,
+                request: Box::new(ack(&["c1"], "p1", "pn1"))
+            },
         ]
     );
 }
 
-fn ack(names: &[&str], version: &str, nonce: &str) -> xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest {
+fn ack(
+    names: &[&str],
+    version: &str,
+    nonce: &str,
+) -> xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest {
     xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest {
         version_info: version.to_string(),
         resource_names: names.iter().map(|s| s.to_string()).collect(),
@@ -209,7 +251,10 @@ fn three_servers_promote_in_order_and_the_secondary_returning_first_wins() {
     h.take();
     h.close(s, Code::UNAVAILABLE, "down");
     let (t, _) = expect_start_to(&mut h, "tertiary:443");
-    assert_eq!(h.expect_request(t), Req::new(CDS, &["c1"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(t),
+        Req::new(CDS, &["c1"], "", "").with_node()
+    );
     h.expect_nothing();
     h.started(t);
     h.sent(t);
@@ -225,7 +270,10 @@ fn three_servers_promote_in_order_and_the_secondary_returning_first_wins() {
         }
     }
     reopened.sort();
-    assert_eq!(reopened.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(), vec!["primary:443", "secondary:443"]);
+    assert_eq!(
+        reopened.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(),
+        vec!["primary:443", "secondary:443"]
+    );
     let p2 = reopened[0].1;
     let s2 = reopened[1].1;
     for stream in [p2, s2] {
@@ -235,7 +283,12 @@ fn three_servers_promote_in_order_and_the_secondary_returning_first_wins() {
     // The secondary answers first: the tertiary is dropped, the primary kept.
     h.respond(s2, CDS, "s1", "sn", vec![cluster_v("c1", 2)]);
     assert_eq!(h.next_action(), Action::CloseStream { stream: t });
-    assert_eq!(h.next_action(), Action::DropChannel { server: ServerId(2) });
+    assert_eq!(
+        h.next_action(),
+        Action::DropChannel {
+            server: ServerId(2)
+        }
+    );
     assert_eq!(h.expect_notify().watcher, w);
     assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "s1", "sn"));
     h.expect_nothing();
@@ -243,7 +296,12 @@ fn three_servers_promote_in_order_and_the_secondary_returning_first_wins() {
     // Then the primary answers: the secondary is dropped.
     h.respond(p2, CDS, "p1", "pn", vec![cluster_v("c1", 1)]);
     assert_eq!(h.next_action(), Action::CloseStream { stream: s2 });
-    assert_eq!(h.next_action(), Action::DropChannel { server: ServerId(1) });
+    assert_eq!(
+        h.next_action(),
+        Action::DropChannel {
+            server: ServerId(1)
+        }
+    );
     assert_eq!(h.expect_notify().watcher, w);
     assert_eq!(h.expect_request(p2), Req::new(CDS, &["c1"], "p1", "pn"));
 }
@@ -271,12 +329,18 @@ fn the_error_is_reported_only_when_every_server_failed_naming_the_last() {
     let p2 = restarted
         .iter()
         .find_map(|a| match a {
-            Action::StartStream { config, stream, .. } if config.server_uri == "primary:443" => Some(*stream),
+            Action::StartStream { config, stream, .. } if config.server_uri == "primary:443" => {
+                Some(*stream)
+            }
             _ => None,
         })
         .expect("primary retried");
     h.close(p2, Code::UNAVAILABLE, "still down");
-    assert!(h.pending().iter().all(|a| !matches!(a, Action::Notify(_))), "{:?}", h.pending());
+    assert!(
+        h.pending().iter().all(|a| !matches!(a, Action::Notify(_))),
+        "{:?}",
+        h.pending()
+    );
 }
 
 #[test]
@@ -295,10 +359,16 @@ fn federation_keeps_failures_within_their_authority() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
     let wa = h.watch(CDS, &a_cluster("c1"));
     let (sa, _) = expect_start_to(&mut h, "a:443");
-    assert_eq!(h.expect_request(sa), Req::new(CDS, &[&a_cluster("c1")], "", "").with_node());
+    assert_eq!(
+        h.expect_request(sa),
+        Req::new(CDS, &[&a_cluster("c1")], "", "").with_node()
+    );
     let wb = h.watch(CDS, &b_cluster("c2"));
     let (sb, _) = expect_start_to(&mut h, "b:443");
-    assert_eq!(h.expect_request(sb), Req::new(CDS, &[&b_cluster("c2")], "", "").with_node());
+    assert_eq!(
+        h.expect_request(sb),
+        Req::new(CDS, &[&b_cluster("c2")], "", "").with_node()
+    );
     h.close(sa, Code::UNAVAILABLE, "a is down");
     let n = h.expect_notify();
     assert_eq!(n.watcher, wa);
@@ -321,14 +391,24 @@ fn identical_servers_of_several_authorities_share_one_stream() {
     h.sent(s);
     let shared = "xdstp://shared.example/envoy.config.cluster.v3.Cluster/c9";
     h.watch(CDS, shared);
-    assert_eq!(h.expect_request(s), Req::new(CDS, &["old-style", shared], "", ""));
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(CDS, &["old-style", shared], "", "")
+    );
     h.expect_nothing();
 }
 
 #[test]
 fn unknown_authorities_and_malformed_names_are_typed_errors() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
-    let err = h.client.watch(CDS, "xdstp://nope.example/envoy.config.cluster.v3.Cluster/c1", h.now).unwrap_err();
+    let err = h
+        .client
+        .watch(
+            CDS,
+            "xdstp://nope.example/envoy.config.cluster.v3.Cluster/c1",
+            h.now,
+        )
+        .unwrap_err();
     assert_eq!(
         err,
         WatchError::UnknownAuthority {
@@ -340,7 +420,14 @@ fn unknown_authorities_and_malformed_names_are_typed_errors() {
         err.to_string(),
         "authority \"nope.example\" of resource \"xdstp://nope.example/envoy.config.cluster.v3.Cluster/c1\" is not in the bootstrap's authorities"
     );
-    let err = h.client.watch(CDS, "xdstp://a.example/envoy.config.listener.v3.Listener/l1", h.now).unwrap_err();
+    let err = h
+        .client
+        .watch(
+            CDS,
+            "xdstp://a.example/envoy.config.listener.v3.Listener/l1",
+            h.now,
+        )
+        .unwrap_err();
     assert!(matches!(err, WatchError::InvalidName(_)), "{err:?}");
     assert!(h.client.watch(CDS, "xdstp://a.example", h.now).is_err());
     h.expect_nothing();
@@ -351,7 +438,10 @@ fn xdstp_names_are_canonical_in_requests_and_responses() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
     let w1 = h.watch(CDS, &a_cluster("c1?z=1&a=2"));
     let (s, _) = expect_start_to(&mut h, "a:443");
-    assert_eq!(h.expect_request(s), Req::new(CDS, &[&a_cluster("c1?a=2&z=1")], "", "").with_node());
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(CDS, &[&a_cluster("c1?a=2&z=1")], "", "").with_node()
+    );
     h.started(s);
     h.sent(s);
     let w2 = h.watch(CDS, &a_cluster("c1?a=2&z=1"));

@@ -9,7 +9,9 @@ use xds_proto_core::pb::envoy::service::discovery::v3::Resource;
 use xds_proto_core::resource::{ClusterResource, ListenerResource};
 use xds_proto_core::{Code, Event, Notification, StreamId, WatcherId};
 use xds_proto_tests::fixtures::{self, any, cluster, cluster_v, endpoints, listener, route_config};
-use xds_proto_tests::{CDS, EDS, Harness, LDS, ONE_SERVER_BOOTSTRAP, RDS, Req, resource_error, response};
+use xds_proto_tests::{
+    CDS, EDS, Harness, LDS, ONE_SERVER_BOOTSTRAP, RDS, Req, resource_error, response,
+};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -47,7 +49,10 @@ fn with_cached_clusters(h: &mut Harness, names: &[&str]) -> (StreamId, Vec<Watch
     let watchers: Vec<WatcherId> = names.iter().map(|n| h.watch(CDS, n)).collect();
     let stream = h.expect_start();
     // The first watch emitted the first request; later watches wait for it to be sent.
-    assert_eq!(h.expect_request(stream), Req::new(CDS, &names[..1], "", "").with_node());
+    assert_eq!(
+        h.expect_request(stream),
+        Req::new(CDS, &names[..1], "", "").with_node()
+    );
     h.started(stream);
     h.sent(stream);
     if names.len() > 1 {
@@ -56,7 +61,13 @@ fn with_cached_clusters(h: &mut Harness, names: &[&str]) -> (StreamId, Vec<Watch
         assert_eq!(h.expect_request(stream), Req::new(CDS, &sorted, "", ""));
         h.sent(stream);
     }
-    h.respond(stream, CDS, "1", "n1", names.iter().map(|n| cluster(n)).collect());
+    h.respond(
+        stream,
+        CDS,
+        "1",
+        "n1",
+        names.iter().map(|n| cluster(n)).collect(),
+    );
     for w in &watchers {
         let n = h.expect_notify();
         assert_eq!(n.watcher, *w);
@@ -104,7 +115,9 @@ fn valid_response_is_delivered_and_acked_with_its_version_and_nonce() {
     h.respond(s, LDS, "v1", "nonce-1", vec![listener("l1", "r1")]);
     let n = h.expect_notify();
     assert_eq!((n.watcher, &*n.name, n.type_url), (w, "l1", LDS));
-    let value = value_of(&n).downcast_ref::<ListenerResource>().expect("a ListenerResource");
+    let value = value_of(&n)
+        .downcast_ref::<ListenerResource>()
+        .expect("a ListenerResource");
     assert_eq!(value.name, "l1");
     assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "v1", "nonce-1"));
     h.expect_nothing();
@@ -127,7 +140,10 @@ fn node_is_sent_only_on_the_first_request_of_each_stream() {
     h.close(s, Code::UNAVAILABLE, "max connection age");
     let s2 = h.expect_start();
     assert_ne!(s, s2);
-    assert_eq!(h.expect_request(s2), Req::new(LDS, &["l1"], "1", "").with_node());
+    assert_eq!(
+        h.expect_request(s2),
+        Req::new(LDS, &["l1"], "1", "").with_node()
+    );
     h.sent(s2);
     assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "", ""));
     h.expect_nothing();
@@ -151,7 +167,12 @@ fn second_watcher_of_a_cached_resource_gets_it_at_once_and_no_request_is_sent() 
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     assert_ne!(w2, ws[0]);
-    assert_eq!(value_of(&n).downcast_ref::<ClusterResource>().map(|c| c.name.as_str()), Some("c1"));
+    assert_eq!(
+        value_of(&n)
+            .downcast_ref::<ClusterResource>()
+            .map(|c| c.name.as_str()),
+        Some("c1")
+    );
     h.expect_nothing();
 }
 
@@ -170,12 +191,21 @@ fn duplicate_response_with_identical_bytes_is_acked_without_notification() {
 fn only_the_changed_resource_notifies_its_watchers() {
     let mut h = Harness::new();
     let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2", "c3"]);
-    h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster_v("c2", 7), cluster("c3")]);
+    h.respond(
+        s,
+        CDS,
+        "2",
+        "n2",
+        vec![cluster("c1"), cluster_v("c2", 7), cluster("c3")],
+    );
     let n = h.expect_notify();
     assert_eq!(n.watcher, ws[1]);
     let c2 = value_of(&n).downcast_ref::<ClusterResource>().unwrap();
     assert_eq!(c2.max_requests, 7);
-    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2", "c3"], "2", "n2"));
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(CDS, &["c1", "c2", "c3"], "2", "n2")
+    );
     h.expect_nothing();
 }
 
@@ -184,7 +214,13 @@ fn resources_not_subscribed_are_ignored() {
     let mut h = Harness::new();
     let w = h.watch(EDS, "e1");
     let s = h.connect_first(EDS, &["e1"]);
-    h.respond(s, EDS, "1", "n1", vec![endpoints("other", &[80]), endpoints("e1", &[81])]);
+    h.respond(
+        s,
+        EDS,
+        "1",
+        "n1",
+        vec![endpoints("other", &[80]), endpoints("e1", &[81])],
+    );
     assert_eq!(h.expect_notify().watcher, w);
     assert_eq!(h.expect_request(s), Req::new(EDS, &["e1"], "1", "n1"));
     h.expect_nothing();
@@ -202,7 +238,16 @@ fn resources_in_the_resource_wrapper_are_unwrapped() {
         resource: Some(route_config("r1", "c1")),
         ..Default::default()
     };
-    h.respond(s, RDS, "1", "n1", vec![any(xds_proto_core::resource::type_url::RESOURCE_WRAPPER, &wrapped)]);
+    h.respond(
+        s,
+        RDS,
+        "1",
+        "n1",
+        vec![any(
+            xds_proto_core::resource::type_url::RESOURCE_WRAPPER,
+            &wrapped,
+        )],
+    );
     assert_eq!(h.expect_notify().watcher, w);
     assert_eq!(h.expect_request(s), Req::new(RDS, &["r1"], "1", "n1"));
 }
@@ -259,7 +304,13 @@ fn partially_valid_response_applies_the_valid_resources_and_nacks_the_rest() {
     let w2 = h.watch(CDS, "c2");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
     h.sent(s);
-    h.respond(s, CDS, "1", "n1", vec![cluster("c1"), fixtures::invalid_cluster("c2")]);
+    h.respond(
+        s,
+        CDS,
+        "1",
+        "n1",
+        vec![cluster("c1"), fixtures::invalid_cluster("c2")],
+    );
     let n1 = h.expect_notify();
     assert_eq!(n1.watcher, w1);
     value_of(&n1);
@@ -276,7 +327,12 @@ fn partially_valid_response_applies_the_valid_resources_and_nacks_the_rest() {
     h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster("c2")]);
     assert_eq!(h.expect_notify().watcher, w2);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "2", "n2"));
-    assert!(h.client.resource_snapshot().iter().all(|r| r.status == ResourceStatusKind::Acked));
+    assert!(
+        h.client
+            .resource_snapshot()
+            .iter()
+            .all(|r| r.status == ResourceStatusKind::Acked)
+    );
 }
 
 #[test]
@@ -301,7 +357,10 @@ fn duplicate_names_in_one_response_are_nacked() {
     h.respond(s, CDS, "1", "n1", vec![cluster("c1"), cluster_v("c1", 5)]);
     assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::Invalid);
     let req = h.expect_request(s);
-    assert_eq!(req.error.as_deref(), Some("resource index 1: c1: duplicate resource name in response"));
+    assert_eq!(
+        req.error.as_deref(),
+        Some("resource index 1: c1: duplicate resource name in response")
+    );
     let _ = w;
 }
 
@@ -310,7 +369,9 @@ fn nack_detail_is_kept_under_8_kib_for_many_invalid_resources() {
     let mut h = Harness::new();
     h.watch(CDS, "c0");
     let s = h.connect_first(CDS, &["c0"]);
-    let bad: Vec<_> = (0..2000).map(|i| fixtures::invalid_cluster(&format!("cluster-{i}"))).collect();
+    let bad: Vec<_> = (0..2000)
+        .map(|i| fixtures::invalid_cluster(&format!("cluster-{i}")))
+        .collect();
     h.respond(s, CDS, "1", "n1", bad);
     let detail = h.expect_request(s).error.unwrap();
     assert!(detail.len() <= 8192, "{}", detail.len());
@@ -322,13 +383,22 @@ fn response_that_is_not_a_discovery_response_fails_the_stream() {
     let mut h = Harness::new();
     let w = h.watch(LDS, "l1");
     let s = h.connect_first(LDS, &["l1"]);
-    h.event(Event::ResponseReceived { stream: s, bytes: bytes::Bytes::from_static(&[0xff, 0xff, 0xff]) });
+    h.event(Event::ResponseReceived {
+        stream: s,
+        bytes: bytes::Bytes::from_static(&[0xff, 0xff, 0xff]),
+    });
     assert_eq!(h.next_action(), Action::CloseStream { stream: s });
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
     let e = changed_error(&n);
     assert_eq!(e.kind, ErrorKind::Connectivity);
-    assert!(e.status.message.contains("failed to decode DiscoveryResponse"), "{}", e.status.message);
+    assert!(
+        e.status
+            .message
+            .contains("failed to decode DiscoveryResponse"),
+        "{}",
+        e.status.message
+    );
     h.expect_nothing();
 }
 
@@ -349,7 +419,10 @@ fn at_most_one_request_is_outstanding_and_queued_changes_merge() {
     let mut h = Harness::new();
     let w1 = h.watch(CDS, "c1");
     let s = h.expect_start();
-    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(CDS, &["c1"], "", "").with_node()
+    );
     // Not yet sent: these changes must wait and merge.
     let _w2 = h.watch(CDS, "c2");
     let _w3 = h.watch(CDS, "c3");
@@ -418,14 +491,25 @@ fn cancelling_the_last_watch_closes_the_stream_without_an_unsubscribe() {
     let mut h = Harness::new();
     let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
     h.cancel(ws[0]);
-    assert_eq!(h.take(), vec![Action::CloseStream { stream: s }, Action::DropChannel { server: xds_proto_core::ServerId(0) }]);
+    assert_eq!(
+        h.take(),
+        vec![
+            Action::CloseStream { stream: s },
+            Action::DropChannel {
+                server: xds_proto_core::ServerId(0)
+            }
+        ]
+    );
     assert!(h.client.resource_snapshot().is_empty());
     // Events for the closed stream are ignored; a new watch opens a new stream from scratch.
     h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
     h.expect_nothing();
     h.watch(CDS, "c1");
     let s2 = h.expect_start();
-    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(s2),
+        Req::new(CDS, &["c1"], "", "").with_node()
+    );
 }
 
 #[test]
@@ -438,7 +522,11 @@ fn nothing_reaches_a_cancelled_watcher() {
     h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
-    assert!(h.take().iter().all(|a| !matches!(a, Action::Notify(n) if n.watcher == w1)));
+    assert!(
+        h.take()
+            .iter()
+            .all(|a| !matches!(a, Action::Notify(n) if n.watcher == w1))
+    );
 }
 
 // ----- A57: stream termination, backoff, connectivity -----
@@ -469,7 +557,10 @@ fn stream_closed_before_any_response_is_a_connectivity_error_for_every_watcher()
     h.expect_nothing();
     let retry_at = h.client.poll_timeout().expect("a reconnect timer");
     let delay = retry_at.saturating_duration_since(h.now);
-    assert!(delay >= Duration::from_millis(800) && delay <= Duration::from_millis(1200), "{delay:?}");
+    assert!(
+        delay >= Duration::from_millis(800) && delay <= Duration::from_millis(1200),
+        "{delay:?}"
+    );
 }
 
 #[test]
@@ -478,7 +569,10 @@ fn stream_closed_after_a_response_reconnects_at_once_without_an_error() {
     let (s, _) = with_cached_clusters(&mut h, &["c1"]);
     h.close(s, Code::UNAVAILABLE, "goaway");
     let s2 = h.expect_start();
-    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "1", "").with_node());
+    assert_eq!(
+        h.expect_request(s2),
+        Req::new(CDS, &["c1"], "1", "").with_node()
+    );
     h.expect_nothing();
 }
 
@@ -492,8 +586,16 @@ fn backoff_grows_between_failing_attempts_and_resets_after_a_response() {
     for _ in 0..5 {
         h.close(s, Code::UNAVAILABLE, "refused");
         h.take();
-        let delay = h.client.poll_timeout().unwrap().saturating_duration_since(h.now).as_secs_f64();
-        assert!(delay >= base * 0.8 - 1e-6 && delay <= base * 1.2 + 1e-6, "{delay} for base {base}");
+        let delay = h
+            .client
+            .poll_timeout()
+            .unwrap()
+            .saturating_duration_since(h.now)
+            .as_secs_f64();
+        assert!(
+            delay >= base * 0.8 - 1e-6 && delay <= base * 1.2 + 1e-6,
+            "{delay} for base {base}"
+        );
         h.advance(Duration::from_secs_f64(delay));
         s = h.expect_start();
         h.take();
@@ -510,7 +612,12 @@ fn backoff_grows_between_failing_attempts_and_resets_after_a_response() {
     h.take();
     h.close(s2, Code::UNAVAILABLE, "refused");
     h.take();
-    let delay = h.client.poll_timeout().unwrap().saturating_duration_since(h.now).as_secs_f64();
+    let delay = h
+        .client
+        .poll_timeout()
+        .unwrap()
+        .saturating_duration_since(h.now)
+        .as_secs_f64();
     assert!((0.8..=1.2).contains(&delay), "{delay}");
 }
 
@@ -523,14 +630,20 @@ fn connectivity_failure_with_cached_data_is_an_ambient_error() {
     assert_eq!(n.watcher, ws[0]);
     let e = ambient_error(&n);
     assert_eq!(e.kind, ErrorKind::Connectivity);
-    assert_eq!(e.status.message, "xDS channel for server \"xds.example:443\": connection reset by peer");
+    assert_eq!(
+        e.status.message,
+        "xDS channel for server \"xds.example:443\": connection reset by peer"
+    );
     h.expect_nothing();
     // A new watcher gets the value, then the standing error.
     let w2 = h.watch(CDS, "c1");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     value_of(&n);
-    assert_eq!(ambient_error(&h.expect_notify()).kind, ErrorKind::Connectivity);
+    assert_eq!(
+        ambient_error(&h.expect_notify()).kind,
+        ErrorKind::Connectivity
+    );
 }
 
 #[test]
@@ -546,7 +659,12 @@ fn connectivity_failure_without_cached_data_replaces_the_state() {
     let w2 = h.watch(LDS, "l2");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
-    assert!(changed_error(&n).status.message.contains("tls handshake failed"));
+    assert!(
+        changed_error(&n)
+            .status
+            .message
+            .contains("tls handshake failed")
+    );
 }
 
 #[test]
@@ -564,7 +682,10 @@ fn watch_while_in_backoff_waits_for_the_timer_and_gets_the_error_at_once() {
     h.expect_nothing();
     h.advance(2 * SECOND);
     let s2 = h.expect_start();
-    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1", "c2"], "", "").with_node());
+    assert_eq!(
+        h.expect_request(s2),
+        Req::new(CDS, &["c1", "c2"], "", "").with_node()
+    );
 }
 
 #[test]
@@ -594,12 +715,18 @@ fn does_not_exist_fires_15_seconds_after_the_subscription_was_sent() {
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
     let e = changed_error(&n);
-    assert_eq!((e.kind, e.status.code), (ErrorKind::DoesNotExist, Code::NOT_FOUND));
+    assert_eq!(
+        (e.kind, e.status.code),
+        (ErrorKind::DoesNotExist, Code::NOT_FOUND)
+    );
     assert_eq!(
         e.status.message,
         "Cluster \"missing\" does not exist: xDS server \"xds.example:443\" did not send it within 15s"
     );
-    assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::DoesNotExist);
+    assert_eq!(
+        h.client.resource_snapshot()[0].status,
+        ResourceStatusKind::DoesNotExist
+    );
     // A later watcher gets the does-not-exist state at once.
     let w2 = h.watch(CDS, "missing");
     let n = h.expect_notify();
@@ -635,7 +762,10 @@ fn the_timer_does_not_start_before_the_stream_is_established() {
     h.expect_nothing();
     h.started(s);
     h.advance(15 * SECOND);
-    assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::DoesNotExist);
+    assert_eq!(
+        changed_error(&h.expect_notify()).kind,
+        ErrorKind::DoesNotExist
+    );
     let _ = w;
 }
 
@@ -646,7 +776,10 @@ fn the_timer_is_cancelled_by_a_stream_failure_and_restarted_on_the_next_stream()
     let s = h.connect_first(CDS, &["c1"]);
     h.advance(10 * SECOND);
     h.close(s, Code::UNAVAILABLE, "reset");
-    assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::Connectivity);
+    assert_eq!(
+        changed_error(&h.expect_notify()).kind,
+        ErrorKind::Connectivity
+    );
     // Backoff ~1 s; the old timer would have fired at 15 s: it must not.
     h.advance(2 * SECOND);
     let s2 = h.expect_start();
@@ -659,7 +792,10 @@ fn the_timer_is_cancelled_by_a_stream_failure_and_restarted_on_the_next_stream()
     h.expect_nothing();
     h.advance(Duration::from_millis(1));
     let n = h.expect_notify();
-    assert_eq!((n.watcher, changed_error(&n).kind), (w, ErrorKind::DoesNotExist));
+    assert_eq!(
+        (n.watcher, changed_error(&n).kind),
+        (w, ErrorKind::DoesNotExist)
+    );
 }
 
 #[test]
@@ -696,7 +832,10 @@ fn only_uncached_resources_are_timed_on_a_new_stream() {
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
     h.close(s, Code::UNAVAILABLE, "goaway");
     let s2 = h.expect_start();
-    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1", "c2"], "1", "").with_node());
+    assert_eq!(
+        h.expect_request(s2),
+        Req::new(CDS, &["c1", "c2"], "1", "").with_node()
+    );
     h.started(s2);
     h.sent(s2);
     h.advance(15 * SECOND);
@@ -720,7 +859,10 @@ fn a_resource_arriving_before_the_timer_cancels_it_and_one_arriving_after_replac
     h.sent(s);
     h.advance(10 * SECOND);
     let n = h.expect_notify();
-    assert_eq!((n.watcher, changed_error(&n).kind), (w2, ErrorKind::DoesNotExist));
+    assert_eq!(
+        (n.watcher, changed_error(&n).kind),
+        (w2, ErrorKind::DoesNotExist)
+    );
     h.advance(60 * SECOND);
     h.expect_nothing();
     h.respond(s, CDS, "2", "n2", vec![cluster("c1"), cluster("c2")]);
@@ -750,7 +892,10 @@ fn a_resubscription_after_cancel_starts_a_fresh_timer() {
     h.expect_nothing();
     h.advance(Duration::from_millis(1));
     let n = h.expect_notify();
-    assert_eq!((n.watcher, changed_error(&n).kind), (w3, ErrorKind::DoesNotExist));
+    assert_eq!(
+        (n.watcher, changed_error(&n).kind),
+        (w3, ErrorKind::DoesNotExist)
+    );
 }
 
 #[test]
@@ -765,8 +910,14 @@ fn a_transient_resource_timer_reports_unavailable_instead_of_does_not_exist() {
     h.advance(3 * SECOND);
     let n = h.expect_notify();
     let e = changed_error(&n);
-    assert_eq!((e.kind, e.status.code), (ErrorKind::Timeout, Code::UNAVAILABLE));
-    assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::Timeout);
+    assert_eq!(
+        (e.kind, e.status.code),
+        (ErrorKind::Timeout, Code::UNAVAILABLE)
+    );
+    assert_eq!(
+        h.client.resource_snapshot()[0].status,
+        ResourceStatusKind::Timeout
+    );
 }
 
 // ----- A88: deletion of LDS/CDS resources -----
@@ -779,14 +930,22 @@ fn missing_cds_resource_is_an_ambient_not_found_by_default_and_the_cache_is_kept
     let n = h.expect_notify();
     assert_eq!(n.watcher, ws[1]);
     let e = ambient_error(&n);
-    assert_eq!((e.kind, e.status.code), (ErrorKind::DeletionIgnored, Code::NOT_FOUND));
+    assert_eq!(
+        (e.kind, e.status.code),
+        (ErrorKind::DeletionIgnored, Code::NOT_FOUND)
+    );
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "2", "n2"));
     h.sent(s);
     // Reported once, not on every response that still omits it.
     h.respond(s, CDS, "3", "n3", vec![cluster("c1")]);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "3", "n3"));
     h.expect_nothing();
-    let c2 = h.client.resource_snapshot().into_iter().find(|r| &*r.name == "c2").unwrap();
+    let c2 = h
+        .client
+        .resource_snapshot()
+        .into_iter()
+        .find(|r| &*r.name == "c2")
+        .unwrap();
     assert_eq!(c2.status, ResourceStatusKind::Acked);
     assert!(c2.value.is_some());
 }
@@ -799,7 +958,13 @@ fn missing_lds_resource_is_dropped_under_fail_on_data_errors() {
     let w2 = h.watch(LDS, "l2");
     h.expect_request(s);
     h.sent(s);
-    h.respond(s, LDS, "1", "n1", vec![listener("l1", "r"), listener("l2", "r")]);
+    h.respond(
+        s,
+        LDS,
+        "1",
+        "n1",
+        vec![listener("l1", "r"), listener("l2", "r")],
+    );
     h.take();
     h.sent(s);
     h.respond(s, LDS, "2", "n2", vec![listener("l1", "r")]);
@@ -807,8 +972,16 @@ fn missing_lds_resource_is_dropped_under_fail_on_data_errors() {
     assert_eq!(n.watcher, w2);
     assert_eq!(changed_error(&n).kind, ErrorKind::DoesNotExist);
     assert_eq!(h.expect_request(s), Req::new(LDS, &["l1", "l2"], "2", "n2"));
-    let l2 = h.client.resource_snapshot().into_iter().find(|r| &*r.name == "l2").unwrap();
-    assert_eq!((l2.status, l2.value.is_none()), (ResourceStatusKind::DoesNotExist, true));
+    let l2 = h
+        .client
+        .resource_snapshot()
+        .into_iter()
+        .find(|r| &*r.name == "l2")
+        .unwrap();
+    assert_eq!(
+        (l2.status, l2.value.is_none()),
+        (ResourceStatusKind::DoesNotExist, true)
+    );
     let _ = w1;
 }
 
@@ -824,7 +997,12 @@ fn ignore_resource_deletion_wins_over_fail_on_data_errors() {
     let n = h.expect_notify();
     assert_eq!(n.watcher, ws[1]);
     assert_eq!(ambient_error(&n).kind, ErrorKind::DeletionIgnored);
-    assert!(h.client.resource_snapshot().iter().all(|r| r.value.is_some()));
+    assert!(
+        h.client
+            .resource_snapshot()
+            .iter()
+            .all(|r| r.value.is_some())
+    );
 }
 
 #[test]
@@ -844,7 +1022,10 @@ fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
             use prost::Message;
             let v = xds_proto_core::pb::google::protobuf::StringValue::decode(bytes)
                 .map_err(|e| DecodeError::unnamed(e.to_string()))?;
-            let (name, text) = v.value.split_once('=').ok_or_else(|| DecodeError::unnamed("no '='"))?;
+            let (name, text) = v
+                .value
+                .split_once('=')
+                .ok_or_else(|| DecodeError::unnamed("no '='"))?;
             if text.is_empty() {
                 return Err(DecodeError::named(name, "empty greeting"));
             }
@@ -857,16 +1038,29 @@ fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
     assert!(h.client.register_type(Greeting).is_err());
     let w = h.watch(URL, "hello");
     let s = h.connect_first(URL, &["hello"]);
-    let greeting = |v: &str| any(URL, &xds_proto_core::pb::google::protobuf::StringValue { value: v.to_string() });
+    let greeting = |v: &str| {
+        any(
+            URL,
+            &xds_proto_core::pb::google::protobuf::StringValue {
+                value: v.to_string(),
+            },
+        )
+    };
     h.respond(s, URL, "1", "a", vec![greeting("hello=world")]);
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
-    assert_eq!(value_of(&n).downcast_ref::<String>().map(String::as_str), Some("world"));
+    assert_eq!(
+        value_of(&n).downcast_ref::<String>().map(String::as_str),
+        Some("world")
+    );
     assert_eq!(h.expect_request(s), Req::new(URL, &["hello"], "1", "a"));
     h.sent(s);
     h.respond(s, URL, "2", "b", vec![greeting("hello=")]);
     assert_eq!(ambient_error(&h.expect_notify()).kind, ErrorKind::Invalid);
-    assert_eq!(h.expect_request(s).error.as_deref(), Some("resource index 0: hello: empty greeting"));
+    assert_eq!(
+        h.expect_request(s).error.as_deref(),
+        Some("resource index 0: hello: empty greeting")
+    );
 }
 
 #[test]
@@ -877,7 +1071,13 @@ fn missing_rds_and_eds_resources_are_not_deletions() {
     h.watch(RDS, "r2");
     h.expect_request(s);
     h.sent(s);
-    h.respond(s, RDS, "1", "n1", vec![route_config("r1", "c"), route_config("r2", "c")]);
+    h.respond(
+        s,
+        RDS,
+        "1",
+        "n1",
+        vec![route_config("r1", "c"), route_config("r2", "c")],
+    );
     h.take();
     h.sent(s);
     h.respond(s, RDS, "2", "n2", vec![route_config("r1", "c")]);
@@ -895,13 +1095,23 @@ fn deletion_is_not_inferred_when_an_unnamed_resource_failed_to_decode() {
     };
     h.respond(s, CDS, "2", "n2", vec![cluster("c1"), garbage]);
     let req = h.expect_request(s);
-    assert!(req.error.unwrap().starts_with("resource index 1: <unknown name>: "));
+    assert!(
+        req.error
+            .unwrap()
+            .starts_with("resource index 1: <unknown name>: ")
+    );
     h.expect_nothing();
 }
 
 // ----- TP3: resource_errors -----
 
-fn respond_errors(h: &mut Harness, s: StreamId, type_url: &str, resources: Vec<xds_proto_core::pb::google::protobuf::Any>, errors: Vec<xds_proto_core::pb::envoy::service::discovery::v3::ResourceError>) {
+fn respond_errors(
+    h: &mut Harness,
+    s: StreamId,
+    type_url: &str,
+    resources: Vec<xds_proto_core::pb::google::protobuf::Any>,
+    errors: Vec<xds_proto_core::pb::envoy::service::discovery::v3::ResourceError>,
+) {
     let mut r = response(type_url, "2", "e1", resources);
     r.resource_errors = errors;
     h.respond_with(s, r);
@@ -909,29 +1119,59 @@ fn respond_errors(h: &mut Harness, s: StreamId, type_url: &str, resources: Vec<x
 
 #[test]
 fn transient_server_error_for_an_uncached_resource_cancels_the_timer() {
-    for code in [Code::UNAVAILABLE, Code::INTERNAL, Code::UNKNOWN, Code::ABORTED, Code(99)] {
+    for code in [
+        Code::UNAVAILABLE,
+        Code::INTERNAL,
+        Code::UNKNOWN,
+        Code::ABORTED,
+        Code(99),
+    ] {
         let mut h = Harness::new();
         let w = h.watch(CDS, "c1");
         let s = h.connect_first(CDS, &["c1"]);
-        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "backend down")]);
+        respond_errors(
+            &mut h,
+            s,
+            CDS,
+            vec![],
+            vec![resource_error("c1", code, "backend down")],
+        );
         let n = h.expect_notify();
         assert_eq!(n.watcher, w);
         let e = changed_error(&n);
         assert_eq!((e.kind, e.status.code), (ErrorKind::ServerReported, code));
-        assert!(e.status.message.ends_with("backend down"), "{}", e.status.message);
+        assert!(
+            e.status.message.ends_with("backend down"),
+            "{}",
+            e.status.message
+        );
         assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "2", "e1"));
         h.advance(60 * SECOND);
         h.expect_nothing();
-        assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::ReceivedError);
+        assert_eq!(
+            h.client.resource_snapshot()[0].status,
+            ResourceStatusKind::ReceivedError
+        );
     }
 }
 
 #[test]
 fn transient_server_error_for_a_cached_resource_is_ambient_and_keeps_the_value() {
-    for code in [Code::UNAVAILABLE, Code::INTERNAL, Code::UNKNOWN, Code::RESOURCE_EXHAUSTED] {
+    for code in [
+        Code::UNAVAILABLE,
+        Code::INTERNAL,
+        Code::UNKNOWN,
+        Code::RESOURCE_EXHAUSTED,
+    ] {
         let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
         let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
-        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "flaky")]);
+        respond_errors(
+            &mut h,
+            s,
+            CDS,
+            vec![],
+            vec![resource_error("c1", code, "flaky")],
+        );
         let n = h.expect_notify();
         assert_eq!(n.watcher, ws[0]);
         assert_eq!(ambient_error(&n).kind, ErrorKind::ServerReported);
@@ -951,11 +1191,20 @@ fn not_found_for_an_uncached_resource_is_does_not_exist_at_once() {
     let mut h = Harness::new();
     let w = h.watch(LDS, "l1");
     let s = h.connect_first(LDS, &["l1"]);
-    respond_errors(&mut h, s, LDS, vec![], vec![resource_error("l1", Code::NOT_FOUND, "no such listener")]);
+    respond_errors(
+        &mut h,
+        s,
+        LDS,
+        vec![],
+        vec![resource_error("l1", Code::NOT_FOUND, "no such listener")],
+    );
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
     let e = changed_error(&n);
-    assert_eq!((e.kind, e.status.code), (ErrorKind::DoesNotExist, Code::NOT_FOUND));
+    assert_eq!(
+        (e.kind, e.status.code),
+        (ErrorKind::DoesNotExist, Code::NOT_FOUND)
+    );
     h.expect_request(s);
     h.advance(60 * SECOND);
     h.expect_nothing();
@@ -966,7 +1215,13 @@ fn data_errors_on_cached_resources_keep_the_cache_by_default() {
     for code in [Code::NOT_FOUND, Code::PERMISSION_DENIED] {
         let mut h = Harness::new();
         let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
-        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "denied")]);
+        respond_errors(
+            &mut h,
+            s,
+            CDS,
+            vec![],
+            vec![resource_error("c1", code, "denied")],
+        );
         let n = h.expect_notify();
         assert_eq!(n.watcher, ws[0]);
         assert_eq!(ambient_error(&n).status.code, code);
@@ -980,7 +1235,13 @@ fn data_errors_on_cached_resources_drop_the_cache_under_fail_on_data_errors() {
     for code in [Code::NOT_FOUND, Code::PERMISSION_DENIED] {
         let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
         let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
-        respond_errors(&mut h, s, CDS, vec![], vec![resource_error("c1", code, "gone")]);
+        respond_errors(
+            &mut h,
+            s,
+            CDS,
+            vec![],
+            vec![resource_error("c1", code, "gone")],
+        );
         let n = h.expect_notify();
         assert_eq!(n.watcher, ws[0]);
         assert_eq!(changed_error(&n).status.code, code);
@@ -996,7 +1257,13 @@ fn a_server_error_is_remembered_until_the_resource_arrives() {
     let mut h = Harness::new();
     h.watch(LDS, "l1");
     let s = h.connect_first(LDS, &["l1"]);
-    respond_errors(&mut h, s, LDS, vec![], vec![resource_error("l1", Code::PERMISSION_DENIED, "not yours")]);
+    respond_errors(
+        &mut h,
+        s,
+        LDS,
+        vec![],
+        vec![resource_error("l1", Code::PERMISSION_DENIED, "not yours")],
+    );
     h.take();
     h.sent(s);
     // A later LDS response without l1 and without an error: the error still stands.
@@ -1009,9 +1276,18 @@ fn a_server_error_is_remembered_until_the_resource_arrives() {
     assert_eq!(changed_error(&n).status.code, Code::PERMISSION_DENIED);
     // Then the resource arrives and replaces the error.
     h.respond(s, LDS, "4", "n4", vec![listener("l1", "r1")]);
-    assert_eq!(value_of(&h.expect_notify()).downcast_ref::<ListenerResource>().unwrap().name, "l1");
+    assert_eq!(
+        value_of(&h.expect_notify())
+            .downcast_ref::<ListenerResource>()
+            .unwrap()
+            .name,
+        "l1"
+    );
     h.expect_notify();
-    assert_eq!(h.client.resource_snapshot()[0].status, ResourceStatusKind::Acked);
+    assert_eq!(
+        h.client.resource_snapshot()[0].status,
+        ResourceStatusKind::Acked
+    );
 }
 
 #[test]
@@ -1024,14 +1300,19 @@ fn resource_errors_with_an_empty_name_or_an_ok_status_make_the_response_a_nack()
         s,
         CDS,
         vec![cluster("c1")],
-        vec![resource_error("", Code::UNAVAILABLE, "x"), resource_error("c9", Code::OK, "fine")],
+        vec![
+            resource_error("", Code::UNAVAILABLE, "x"),
+            resource_error("c9", Code::OK, "fine"),
+        ],
     );
     assert_eq!(h.expect_notify().watcher, w); // the valid resource is still applied
     let req = h.expect_request(s);
     assert_eq!(req.version, "");
     assert_eq!(
         req.error.as_deref(),
-        Some("resource_errors[0]: empty resource name; resource_errors[1]: c9: error_detail has status OK")
+        Some(
+            "resource_errors[0]: empty resource name; resource_errors[1]: c9: error_detail has status OK"
+        )
     );
 }
 
@@ -1047,17 +1328,29 @@ fn csds_reports_every_state_with_versions_raw_bytes_and_errors() {
     h.sent(s);
     let acked_at = h.now;
     h.advance(SECOND);
-    h.respond(s, CDS, "2", "n2", vec![cluster("good"), fixtures::invalid_cluster("pending")]);
+    h.respond(
+        s,
+        CDS,
+        "2",
+        "n2",
+        vec![cluster("good"), fixtures::invalid_cluster("pending")],
+    );
     h.take();
     let configs = h.client.csds_configs();
     assert_eq!(configs.len(), 2);
     let good = &configs[0];
-    assert_eq!((good.name.as_str(), good.version_info.as_str()), ("good", "2"));
+    assert_eq!(
+        (good.name.as_str(), good.version_info.as_str()),
+        ("good", "2")
+    );
     assert_eq!(good.client_status, ClientResourceStatus::Acked as i32);
     let raw = good.xds_config.as_ref().unwrap();
     assert_eq!(raw.type_url, CDS);
     assert_eq!(raw.value, cluster("good").value);
-    assert_eq!(good.last_updated.unwrap().seconds as u64, acked_at.since_origin().as_secs());
+    assert_eq!(
+        good.last_updated.unwrap().seconds as u64,
+        acked_at.since_origin().as_secs()
+    );
     let pending = &configs[1];
     assert_eq!(pending.client_status, ClientResourceStatus::Nacked as i32);
     assert!(pending.xds_config.is_none());

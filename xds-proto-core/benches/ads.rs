@@ -35,7 +35,9 @@ use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
 use xds_proto_core::resource::type_url;
-use xds_proto_core::{Action, Bootstrap, ClientConfig, Code, Event, Instant, Status, StreamId, XdsClient};
+use xds_proto_core::{
+    Action, Bootstrap, ClientConfig, Code, Event, Instant, Status, StreamId, XdsClient,
+};
 
 struct CountingAlloc;
 
@@ -69,14 +71,18 @@ const BOOTSTRAP: &str = r#"{"xds_servers": [{"server_uri": "istiod:15010", "chan
 
 fn ads() -> core::ConfigSource {
     core::ConfigSource {
-        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(core::AggregatedConfigSource {})),
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+            core::AggregatedConfigSource {},
+        )),
         resource_api_version: core::ApiVersion::V3 as i32,
         ..Default::default()
     }
 }
 
 fn string_value(s: &str) -> pbuf::Value {
-    pbuf::Value { kind: Some(pbuf::value::Kind::StringValue(s.to_string())) }
+    pbuf::Value {
+        kind: Some(pbuf::value::Kind::StringValue(s.to_string())),
+    }
 }
 
 fn cluster_name(i: usize) -> String {
@@ -101,24 +107,33 @@ fn istio_cluster(i: usize, generation: u32) -> cluster::Cluster {
         ..Default::default()
     };
     let mut metadata_fields = std::collections::HashMap::new();
-    metadata_fields.insert("default_original_port".to_string(), pbuf::Value {
-        kind: Some(pbuf::value::Kind::NumberValue(8080.0)),
-    });
-    metadata_fields.insert("services".to_string(), pbuf::Value {
-        kind: Some(pbuf::value::Kind::ListValue(pbuf::ListValue {
-            values: vec![pbuf::Value {
-                kind: Some(pbuf::value::Kind::StructValue(pbuf::Struct {
-                    fields: [
-                        ("host".to_string(), string_value(&host)),
-                        ("name".to_string(), string_value(&format!("svc-{i}"))),
-                        ("namespace".to_string(), string_value(&format!("ns-{}", i % 50))),
-                    ]
-                    .into_iter()
-                    .collect(),
-                })),
-            }],
-        })),
-    });
+    metadata_fields.insert(
+        "default_original_port".to_string(),
+        pbuf::Value {
+            kind: Some(pbuf::value::Kind::NumberValue(8080.0)),
+        },
+    );
+    metadata_fields.insert(
+        "services".to_string(),
+        pbuf::Value {
+            kind: Some(pbuf::value::Kind::ListValue(pbuf::ListValue {
+                values: vec![pbuf::Value {
+                    kind: Some(pbuf::value::Kind::StructValue(pbuf::Struct {
+                        fields: [
+                            ("host".to_string(), string_value(&host)),
+                            ("name".to_string(), string_value(&format!("svc-{i}"))),
+                            (
+                                "namespace".to_string(),
+                                string_value(&format!("ns-{}", i % 50)),
+                            ),
+                        ]
+                        .into_iter()
+                        .collect(),
+                    })),
+                }],
+            })),
+        },
+    );
     cluster::Cluster {
         name: name.clone(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
@@ -161,16 +176,25 @@ fn endpoints(name: &str, count: usize, generation: u32) -> endpoint::ClusterLoad
     let per_locality = 25.max(count / 40);
     let lb_endpoints: Vec<endpoint::LbEndpoint> = (0..count)
         .map(|j| endpoint::LbEndpoint {
-            host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(endpoint::Endpoint {
-                address: Some(core::Address {
-                    address: Some(core::address::Address::SocketAddress(core::SocketAddress {
-                        address: format!("10.{}.{}.{}", (j >> 16) & 255, (j >> 8) & 255, j & 255),
-                        port_specifier: Some(core::socket_address::PortSpecifier::PortValue(8080 + generation)),
-                        ..Default::default()
-                    })),
-                }),
-                ..Default::default()
-            })),
+            host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+                endpoint::Endpoint {
+                    address: Some(core::Address {
+                        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                            address: format!(
+                                "10.{}.{}.{}",
+                                (j >> 16) & 255,
+                                (j >> 8) & 255,
+                                j & 255
+                            ),
+                            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
+                                8080 + generation,
+                            )),
+                            ..Default::default()
+                        })),
+                    }),
+                    ..Default::default()
+                },
+            )),
             health_status: core::HealthStatus::Healthy as i32,
             load_balancing_weight: Some(pbuf::UInt32Value { value: 1 }),
             ..Default::default()
@@ -209,12 +233,18 @@ fn response(url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> Bytes
 }
 
 fn any_of(url: &str, m: &impl Message) -> Any {
-    Any { type_url: url.into(), value: m.encode_to_vec().into() }
+    Any {
+        type_url: url.into(),
+        value: m.encode_to_vec().into(),
+    }
 }
 
 /// A client watching `names` of `url`, on a connected stream with the subscription sent.
 fn subscribed_client(url: &str, names: &[String]) -> (XdsClient, StreamId) {
-    let mut client = XdsClient::new(ClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()), 1);
+    let mut client = XdsClient::new(
+        ClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()),
+        1,
+    );
     for n in names {
         client.watch(url, n, Instant::ZERO).unwrap();
     }
@@ -242,7 +272,13 @@ fn subscribed_client(url: &str, names: &[String]) -> (XdsClient, StreamId) {
 
 /// Delivers a response and drains the actions; returns (notifications, requests).
 fn deliver(client: &mut XdsClient, stream: StreamId, bytes: &Bytes) -> (usize, usize) {
-    client.handle_event(Instant::ZERO, Event::ResponseReceived { stream, bytes: bytes.clone() });
+    client.handle_event(
+        Instant::ZERO,
+        Event::ResponseReceived {
+            stream,
+            bytes: bytes.clone(),
+        },
+    );
     let (mut notes, mut reqs) = (0, 0);
     while let Some(a) = client.poll_action() {
         match a {
@@ -256,7 +292,10 @@ fn deliver(client: &mut XdsClient, stream: StreamId, bytes: &Bytes) -> (usize, u
 }
 
 fn floor_a(bytes: &Bytes) -> usize {
-    DiscoveryResponse::decode(bytes.clone()).unwrap().resources.len()
+    DiscoveryResponse::decode(bytes.clone())
+        .unwrap()
+        .resources
+        .len()
 }
 
 fn floor_b<M: Message + Default>(bytes: &Bytes) -> usize {
@@ -272,7 +311,11 @@ fn floor_b<M: Message + Default>(bytes: &Bytes) -> usize {
 
 fn floor_c(bytes: &Bytes, cached: &[Bytes]) -> usize {
     let r = DiscoveryResponse::decode(bytes.clone()).unwrap();
-    r.resources.iter().zip(cached).filter(|(any, c)| any.value == **c).count()
+    r.resources
+        .iter()
+        .zip(cached)
+        .filter(|(any, c)| any.value == **c)
+        .count()
 }
 
 /// Heap bytes per cached cluster beyond its raw bytes: the growth of a client's heap
@@ -280,7 +323,9 @@ fn floor_c(bytes: &Bytes, cached: &[Bytes]) -> usize {
 fn report_cluster_memory() {
     let n = 1000;
     let names: Vec<String> = (0..n).map(cluster_name).collect();
-    let resources: Vec<Any> = (0..n).map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0))).collect();
+    let resources: Vec<Any> = (0..n)
+        .map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0)))
+        .collect();
     let raw_per_cluster = resources.iter().map(|a| a.value.len()).sum::<usize>() as f64 / n as f64;
     let bytes = response(type_url::CLUSTER, "1", "n1", resources);
     let response_len = bytes.len() as i64;
@@ -305,7 +350,9 @@ fn bench(c: &mut Criterion) {
     // ----- W1 / W2: CDS, 10,000 clusters -----
     let n = 10_000;
     let names: Vec<String> = (0..n).map(cluster_name).collect();
-    let v1: Vec<Any> = (0..n).map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0))).collect();
+    let v1: Vec<Any> = (0..n)
+        .map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0)))
+        .collect();
     let mean = v1.iter().map(|a| a.value.len()).sum::<usize>() / n;
     println!("W1 fixture: {n} clusters, {mean} bytes each on average");
     let cached: Vec<Bytes> = v1.iter().map(|a| a.value.clone()).collect();
@@ -318,8 +365,12 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("cds_10k");
     g.sample_size(10).measurement_time(Duration::from_secs(8));
     g.bench_function("floor_A_envelope", |b| b.iter(|| floor_a(&w1)));
-    g.bench_function("floor_B_full_decode", |b| b.iter(|| floor_b::<cluster::Cluster>(&w1)));
-    g.bench_function("floor_C_compare_bytes", |b| b.iter(|| floor_c(&w1, &cached)));
+    g.bench_function("floor_B_full_decode", |b| {
+        b.iter(|| floor_b::<cluster::Cluster>(&w1))
+    });
+    g.bench_function("floor_C_compare_bytes", |b| {
+        b.iter(|| floor_c(&w1, &cached))
+    });
     g.bench_function("W1_first_delivery", |b| {
         b.iter_batched(
             || subscribed_client(type_url::CLUSTER, &names),
@@ -344,13 +395,21 @@ fn bench(c: &mut Criterion) {
     g.bench_function("W5_reconnect_identical", |b| {
         b.iter(|| {
             let current = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
-            client.handle_event(Instant::ZERO, Event::StreamClosed { stream: current, status: Status::new(Code::UNAVAILABLE, "goaway") });
+            client.handle_event(
+                Instant::ZERO,
+                Event::StreamClosed {
+                    stream: current,
+                    status: Status::new(Code::UNAVAILABLE, "goaway"),
+                },
+            );
             let mut new_stream = None;
             let mut names_sent = 0;
             while let Some(a) = client.poll_action() {
                 match a {
                     Action::StartStream { stream, .. } => new_stream = Some(stream),
-                    Action::SendRequest { request, .. } => names_sent = request.resource_names.len(),
+                    Action::SendRequest { request, .. } => {
+                        names_sent = request.resource_names.len()
+                    }
                     _ => {}
                 }
             }
@@ -373,15 +432,26 @@ fn bench(c: &mut Criterion) {
         .collect();
     let w3 = response(type_url::CLUSTER_LOAD_ASSIGNMENT, "1", "n1", eds);
     let big_name = vec!["big".to_string()];
-    let w3_big = response(type_url::CLUSTER_LOAD_ASSIGNMENT, "1", "n1", vec![any_of(
+    let w3_big = response(
         type_url::CLUSTER_LOAD_ASSIGNMENT,
-        &endpoints("big", 100_000, 0),
-    )]);
-    println!("W3 fixtures: 1,000 × 100 endpoints = {} bytes; 1 × 100,000 endpoints = {} bytes", w3.len(), w3_big.len());
+        "1",
+        "n1",
+        vec![any_of(
+            type_url::CLUSTER_LOAD_ASSIGNMENT,
+            &endpoints("big", 100_000, 0),
+        )],
+    );
+    println!(
+        "W3 fixtures: 1,000 × 100 endpoints = {} bytes; 1 × 100,000 endpoints = {} bytes",
+        w3.len(),
+        w3_big.len()
+    );
     let mut g = c.benchmark_group("eds");
     g.sample_size(10).measurement_time(Duration::from_secs(8));
     g.bench_function("1k_x_100/floor_A_envelope", |b| b.iter(|| floor_a(&w3)));
-    g.bench_function("1k_x_100/floor_B_full_decode", |b| b.iter(|| floor_b::<endpoint::ClusterLoadAssignment>(&w3)));
+    g.bench_function("1k_x_100/floor_B_full_decode", |b| {
+        b.iter(|| floor_b::<endpoint::ClusterLoadAssignment>(&w3))
+    });
     g.bench_function("1k_x_100/W3_first_delivery", |b| {
         b.iter_batched(
             || subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, &eds_names),
@@ -393,7 +463,9 @@ fn bench(c: &mut Criterion) {
         )
     });
     g.bench_function("1x100k/floor_A_envelope", |b| b.iter(|| floor_a(&w3_big)));
-    g.bench_function("1x100k/floor_B_full_decode", |b| b.iter(|| floor_b::<endpoint::ClusterLoadAssignment>(&w3_big)));
+    g.bench_function("1x100k/floor_B_full_decode", |b| {
+        b.iter(|| floor_b::<endpoint::ClusterLoadAssignment>(&w3_big))
+    });
     g.bench_function("1x100k/W3_first_delivery", |b| {
         b.iter_batched(
             || subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, &big_name),

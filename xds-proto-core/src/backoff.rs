@@ -39,7 +39,10 @@ pub struct Backoff {
 impl Backoff {
     /// A fresh backoff whose next delay is the initial one.
     pub fn new(config: BackoffConfig) -> Backoff {
-        Backoff { config, next_base: config.initial }
+        Backoff {
+            config,
+            next_base: config.initial,
+        }
     }
 
     /// Forgets past failures: the next delay is the initial one again.
@@ -58,7 +61,8 @@ impl Backoff {
         // A uniform draw in [-1, 1) from the top 53 bits of the RNG.
         let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         let factor = 1.0 + self.config.jitter * (unit * 2.0 - 1.0);
-        let delay = Duration::try_from_secs_f64((base * factor).max(0.0)).unwrap_or(self.config.max);
+        let delay =
+            Duration::try_from_secs_f64((base * factor).max(0.0)).unwrap_or(self.config.max);
         let grown = base * self.config.multiplier;
         self.next_base = Duration::try_from_secs_f64(grown)
             .unwrap_or(self.config.max)
@@ -80,7 +84,10 @@ mod tests {
         let mut base = 1.0f64;
         for _ in 0..30 {
             let delay = backoff.next_delay(&mut rng).as_secs_f64();
-            assert!(delay >= base * 0.8 - 1e-9 && delay <= base * 1.2 + 1e-9, "{delay} vs {base}");
+            assert!(
+                delay >= base * 0.8 - 1e-9 && delay <= base * 1.2 + 1e-9,
+                "{delay} vs {base}"
+            );
             base = (base * 1.6).min(120.0);
         }
         assert_eq!(backoff.next_base(), Duration::from_secs(120));

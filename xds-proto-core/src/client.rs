@@ -20,10 +20,10 @@ use prost::Message;
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
+use crate::DetHashMap as HashMap;
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::bootstrap::{Bootstrap, ServerConfig};
 use crate::names;
-use crate::DetHashMap as HashMap;
 use crate::pb::envoy::service::discovery::v3 as discovery;
 use crate::resource::{self, ErasedResourceType, ResourceValue, XdsResourceType};
 use crate::time::Instant;
@@ -132,7 +132,10 @@ pub struct Status {
 impl Status {
     /// A status with the given code and message.
     pub fn new(code: Code, message: impl Into<String>) -> Status {
-        Status { code, message: message.into() }
+        Status {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -302,7 +305,9 @@ impl fmt::Display for WatchError {
                 f,
                 "authority {authority:?} of resource {name:?} is not in the bootstrap's authorities"
             ),
-            WatchError::NoServer(name) => write!(f, "no xDS server configured for resource {name:?}"),
+            WatchError::NoServer(name) => {
+                write!(f, "no xDS server configured for resource {name:?}")
+            }
             WatchError::InvalidName(e) => e.fmt(f),
         }
     }
@@ -705,7 +710,10 @@ impl XdsClient {
                     type_url,
                     name: e.name.clone(),
                     status: e.status(),
-                    version: e.cached.as_ref().map_or_else(|| Arc::from(""), |c| c.version.clone()),
+                    version: e
+                        .cached
+                        .as_ref()
+                        .map_or_else(|| Arc::from(""), |c| c.version.clone()),
                     last_updated: e.cached.as_ref().map(|c| c.updated),
                     raw: e.cached.as_ref().map(|c| c.raw.clone()),
                     value: e.cached.as_ref().map(|c| c.value.clone()),
@@ -718,7 +726,9 @@ impl XdsClient {
     }
 
     /// The CSDS `GenericXdsConfig` entries of this client.
-    pub fn csds_configs(&self) -> Vec<crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig> {
+    pub fn csds_configs(
+        &self,
+    ) -> Vec<crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig> {
         use crate::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
         use crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
         use crate::pb::google::protobuf::{Any, Timestamp};
@@ -735,7 +745,10 @@ impl XdsClient {
                 type_url: r.type_url.to_string(),
                 name: r.name.to_string(),
                 version_info: r.version.to_string(),
-                xds_config: r.raw.map(|value| Any { type_url: r.type_url.to_string(), value }),
+                xds_config: r.raw.map(|value| Any {
+                    type_url: r.type_url.to_string(),
+                    value,
+                }),
                 last_updated: r.last_updated.map(timestamp),
                 config_status: 0,
                 client_status: match r.status {
@@ -761,7 +774,12 @@ impl XdsClient {
 
     /// Starts watching a resource. The watcher is told the current state at once if the
     /// resource is already known, and of every change after.
-    pub fn watch(&mut self, type_url: &str, name: &str, now: Instant) -> Result<WatcherId, WatchError> {
+    pub fn watch(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        now: Instant,
+    ) -> Result<WatcherId, WatchError> {
         let t = self
             .type_index(type_url)
             .ok_or_else(|| WatchError::UnknownType(type_url.to_string()))?;
@@ -836,7 +854,8 @@ impl XdsClient {
         let Some((t, name)) = self.watchers.remove(&watcher) else {
             return;
         };
-        self.actions.retain(|a| !matches!(a, Action::Notify(n) if n.watcher == watcher));
+        self.actions
+            .retain(|a| !matches!(a, Action::Notify(n) if n.watcher == watcher));
         let Some(entry) = self.resources[t].get_mut(&name) else {
             return;
         };
@@ -933,16 +952,20 @@ impl XdsClient {
             }));
         }
         let authority = parsed.as_ref().map(|p| p.authority);
-        if let Some(i) = self.authorities.iter().position(|a| a.name.as_deref() == authority) {
+        if let Some(i) = self
+            .authorities
+            .iter()
+            .position(|a| a.name.as_deref() == authority)
+        {
             return Ok(i);
         }
         let bootstrap = self.config.bootstrap.clone();
-        let configs = bootstrap
-            .servers_for_authority(authority)
-            .map_err(|_| WatchError::UnknownAuthority {
+        let configs = bootstrap.servers_for_authority(authority).map_err(|_| {
+            WatchError::UnknownAuthority {
                 authority: authority.unwrap_or("").to_string(),
                 name: name.to_string(),
-            })?;
+            }
+        })?;
         if configs.is_empty() {
             return Err(WatchError::NoServer(name.to_string()));
         }
@@ -973,7 +996,11 @@ impl XdsClient {
             stream: None,
             backoff: Backoff::new(self.config.backoff),
             connectivity_error: None,
-            types: self.types.iter().map(|_| ServerTypeState::default()).collect(),
+            types: self
+                .types
+                .iter()
+                .map(|_| ServerTypeState::default())
+                .collect(),
         });
         self.servers.len() - 1
     }
@@ -983,10 +1010,11 @@ impl XdsClient {
     /// each subscribed to every watched resource of the authority, until one is not
     /// known to be failing. Returns whether a server that may work is now in use.
     fn maybe_fallback(&mut self, authority: usize) -> bool {
-        let uncached = self
-            .resources
-            .iter()
-            .any(|table| table.values().any(|e| e.authority == authority && !e.is_cached()));
+        let uncached = self.resources.iter().any(|table| {
+            table
+                .values()
+                .any(|e| e.authority == authority && !e.is_cached())
+        });
         if !uncached {
             return false;
         }
@@ -1049,7 +1077,8 @@ impl XdsClient {
                     }
                     if entry.timer.is_some_and(|(s, _)| s == server) {
                         entry.timer = None;
-                        self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+                        self.timers
+                            .cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
                     }
                 }
             }
@@ -1150,15 +1179,22 @@ impl XdsClient {
         ts.dirty = false;
         ts.ever_sent = true;
         let names = std::mem::take(&mut ts.new_names);
-        let error_detail = ts.nack.take().map(|message| crate::pb::google::rpc::Status {
-            code: Code::INVALID_ARGUMENT.0,
-            message,
-            details: Vec::new(),
-        });
+        let error_detail = ts
+            .nack
+            .take()
+            .map(|message| crate::pb::google::rpc::Status {
+                code: Code::INVALID_ARGUMENT.0,
+                message,
+                details: Vec::new(),
+            });
         let request = discovery::DiscoveryRequest {
             version_info: srv.types[t].version.clone(),
             node: (!stream.sent_node).then(|| self.node.clone()),
-            resource_names: srv.types[t].subscribed.iter().map(|n| n.to_string()).collect(),
+            resource_names: srv.types[t]
+                .subscribed
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
             resource_locators: Vec::new(),
             type_url: self.types[t].type_url().to_string(),
             response_nonce: ts.nonce.clone(),
@@ -1166,7 +1202,10 @@ impl XdsClient {
         };
         stream.sent_node = true;
         stream.in_flight = Some(InFlight { type_idx: t, names });
-        self.actions.push_back(Action::SendRequest { stream: stream.id, request: Box::new(request) });
+        self.actions.push_back(Action::SendRequest {
+            stream: stream.id,
+            request: Box::new(request),
+        });
     }
 
     fn on_request_sent(&mut self, stream_id: StreamId, now: Instant) {
@@ -1213,7 +1252,14 @@ impl XdsClient {
     /// Starts the does-not-exist timer of a resource whose subscribing request was
     /// sent on a connected stream, unless it is cached, already timed on this stream,
     /// or has a server-reported error standing.
-    fn start_resource_timer(&mut self, server: usize, stream: StreamId, t: TypeIdx, name: &Arc<str>, now: Instant) {
+    fn start_resource_timer(
+        &mut self,
+        server: usize,
+        stream: StreamId,
+        t: TypeIdx,
+        name: &Arc<str>,
+        now: Instant,
+    ) {
         let Some(entry) = self.resources[t].get_mut(name) else {
             return;
         };
@@ -1261,13 +1307,22 @@ impl XdsClient {
             }
         } else {
             entry.does_not_exist = true;
-            does_not_exist_error(type_url, name, &format!(
-                "xDS server {:?} did not send it within {timeout:?}",
-                srv.config.server_uri
-            ))
+            does_not_exist_error(
+                type_url,
+                name,
+                &format!(
+                    "xDS server {:?} did not send it within {timeout:?}",
+                    srv.config.server_uri
+                ),
+            )
         };
         entry.error = Some(error.clone());
-        notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Err(error)));
+        notify_all(
+            &mut self.actions,
+            entry,
+            type_url,
+            WatchEvent::Changed(Err(error)),
+        );
     }
 
     fn on_connectivity_failure(&mut self, server: usize, reason: String) {
@@ -1308,7 +1363,8 @@ impl XdsClient {
             for entry in table.values_mut() {
                 if entry.timer.is_some_and(|(s, _)| s == server) {
                     entry.timer = None;
-                    self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+                    self.timers
+                        .cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
                 }
             }
         }
@@ -1344,7 +1400,8 @@ impl XdsClient {
     fn release_server(&mut self, server: usize) {
         let srv = &mut self.servers[server];
         if let Some(stream) = srv.stream.take() {
-            self.actions.push_back(Action::CloseStream { stream: stream.id });
+            self.actions
+                .push_back(Action::CloseStream { stream: stream.id });
         }
         self.timers.cancel(&TimerKey::Reconnect(server));
         srv.backoff.reset();
@@ -1352,7 +1409,9 @@ impl XdsClient {
         for ts in &mut srv.types {
             ts.version.clear();
         }
-        self.actions.push_back(Action::DropChannel { server: ServerId(server) });
+        self.actions.push_back(Action::DropChannel {
+            server: ServerId(server),
+        });
     }
 
     fn on_response(&mut self, stream_id: StreamId, bytes: Bytes, now: Instant) {
@@ -1364,8 +1423,12 @@ impl XdsClient {
             Err(e) => {
                 // Not a DiscoveryResponse at all: the stream is unusable, as gRPC treats a
                 // message it cannot parse.
-                self.actions.push_back(Action::CloseStream { stream: stream_id });
-                let status = Status::new(Code::INTERNAL, format!("failed to decode DiscoveryResponse: {e}"));
+                self.actions
+                    .push_back(Action::CloseStream { stream: stream_id });
+                let status = Status::new(
+                    Code::INTERNAL,
+                    format!("failed to decode DiscoveryResponse: {e}"),
+                );
                 self.on_stream_closed(server, status, now);
                 return;
             }
@@ -1418,7 +1481,8 @@ impl XdsClient {
         // Every named resource of the response in order, and where each name sits.
         let count = response.resources.len();
         let mut items: Vec<(Arc<str>, Outcome)> = Vec::with_capacity(count);
-        let mut index: HashMap<Arc<str>, usize> = HashMap::with_capacity_and_hasher(count, Default::default());
+        let mut index: HashMap<Arc<str>, usize> =
+            HashMap::with_capacity_and_hasher(count, Default::default());
         let last_names = std::mem::take(&mut self.servers[server].types[t].last_names);
         let mut order: Vec<Option<Arc<str>>> = Vec::with_capacity(count);
 
@@ -1460,8 +1524,11 @@ impl XdsClient {
                     match index.entry(name) {
                         std::collections::hash_map::Entry::Occupied(o) => {
                             let (name, &k) = (o.key(), o.get());
-                            errors.push(format!("resource index {i}: {name}: duplicate resource name in response"));
-                            items[k].1 = Outcome::Invalid("duplicate resource name in response".to_string());
+                            errors.push(format!(
+                                "resource index {i}: {name}: duplicate resource name in response"
+                            ));
+                            items[k].1 =
+                                Outcome::Invalid("duplicate resource name in response".to_string());
                             order.push(None);
                         }
                         std::collections::hash_map::Entry::Vacant(v) => {
@@ -1497,7 +1564,9 @@ impl XdsClient {
         let mut server_errors: Vec<(Arc<str>, Status)> = Vec::new();
         for (j, re) in response.resource_errors.into_iter().enumerate() {
             let name = canonical_name(re.resource_name.map(|n| n.name).unwrap_or_default());
-            let status = re.error_detail.map(|s| Status::new(Code(s.code), s.message));
+            let status = re
+                .error_detail
+                .map(|s| Status::new(Code(s.code), s.message));
             if name.is_empty() {
                 errors.push(format!("resource_errors[{j}]: empty resource name"));
                 continue;
@@ -1506,10 +1575,12 @@ impl XdsClient {
                 .get(name.as_str())
                 .is_some_and(|&k| !matches!(items[k].1, Outcome::Invalid(_)));
             match status {
-                None => errors.push(format!("resource_errors[{j}]: {name}: missing error_detail")),
-                Some(s) if s.code == Code::OK => {
-                    errors.push(format!("resource_errors[{j}]: {name}: error_detail has status OK"))
-                }
+                None => errors.push(format!(
+                    "resource_errors[{j}]: {name}: missing error_detail"
+                )),
+                Some(s) if s.code == Code::OK => errors.push(format!(
+                    "resource_errors[{j}]: {name}: error_detail has status OK"
+                )),
                 Some(_) if present => errors.push(format!(
                     "resource_errors[{j}]: {name}: resource is also present in resources"
                 )),
@@ -1591,7 +1662,12 @@ impl XdsClient {
                 version: version.clone(),
                 updated: now,
             });
-            notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Ok(value)));
+            notify_all(
+                &mut self.actions,
+                entry,
+                type_url,
+                WatchEvent::Changed(Ok(value)),
+            );
         }
         // Many at once (a first delivery): one pass over the deadline set instead of an
         // ordered search, comparing names, per timer.
@@ -1600,7 +1676,9 @@ impl XdsClient {
                 self.timers.by_key.remove(key);
             }
             let by_key = &self.timers.by_key;
-            self.timers.by_deadline.retain(|(at, key)| by_key.get(key) == Some(at));
+            self.timers
+                .by_deadline
+                .retain(|(at, key)| by_key.get(key) == Some(at));
         } else {
             for key in &cancelled_timers {
                 self.timers.cancel(key);
@@ -1615,14 +1693,16 @@ impl XdsClient {
                 continue; // served by another server of its authority (A71)
             }
             if entry.timer.take().is_some() {
-                self.timers.cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
+                self.timers
+                    .cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
             }
             entry.server_error = Some(UpdateFailure {
                 details: status.to_string(),
                 version: response.version_info.clone(),
                 at: now,
             });
-            let data_error = status.code == Code::NOT_FOUND || status.code == Code::PERMISSION_DENIED;
+            let data_error =
+                status.code == Code::NOT_FOUND || status.code == Code::PERMISSION_DENIED;
             let kind = if status.code == Code::NOT_FOUND {
                 ErrorKind::DoesNotExist
             } else {
@@ -1683,7 +1763,12 @@ impl XdsClient {
                         &format!("xDS server {server_uri:?} removed it (fail_on_data_errors)"),
                     );
                     entry.error = Some(error.clone());
-                    notify_all(&mut self.actions, entry, type_url, WatchEvent::Changed(Err(error)));
+                    notify_all(
+                        &mut self.actions,
+                        entry,
+                        type_url,
+                        WatchEvent::Changed(Err(error)),
+                    );
                 } else if !entry
                     .error
                     .as_ref()
@@ -1700,7 +1785,12 @@ impl XdsClient {
                         ),
                     };
                     entry.error = Some(error.clone());
-                    notify_all(&mut self.actions, entry, type_url, WatchEvent::AmbientError(error));
+                    notify_all(
+                        &mut self.actions,
+                        entry,
+                        type_url,
+                        WatchEvent::AmbientError(error),
+                    );
                 }
             }
         }
@@ -1802,7 +1892,12 @@ fn mark_dirty(stream: &mut StreamState, t: TypeIdx) {
     }
 }
 
-fn notify_all(actions: &mut VecDeque<Action>, entry: &ResourceEntry, type_url: &'static str, event: WatchEvent) {
+fn notify_all(
+    actions: &mut VecDeque<Action>,
+    entry: &ResourceEntry,
+    type_url: &'static str,
+    event: WatchEvent,
+) {
     for w in &entry.watchers {
         actions.push_back(Action::Notify(Notification {
             watcher: *w,
@@ -1835,7 +1930,10 @@ fn initial_events(entry: &ResourceEntry, connectivity: Option<&XdsError>) -> Vec
 fn connectivity_error(server_uri: &str, reason: &str) -> XdsError {
     XdsError {
         kind: ErrorKind::Connectivity,
-        status: Status::new(Code::UNAVAILABLE, format!("xDS channel for server {server_uri:?}: {reason}")),
+        status: Status::new(
+            Code::UNAVAILABLE,
+            format!("xDS channel for server {server_uri:?}: {reason}"),
+        ),
     }
 }
 
@@ -1860,12 +1958,17 @@ mod tests {
 
     #[test]
     fn nack_detail_stays_under_the_limit_and_counts_what_it_drops() {
-        let errors: Vec<String> = (0..500).map(|i| format!("resource index {i}: r{i}: {}", "x".repeat(40))).collect();
+        let errors: Vec<String> = (0..500)
+            .map(|i| format!("resource index {i}: r{i}: {}", "x".repeat(40)))
+            .collect();
         let detail = nack_detail(&errors);
         assert!(detail.len() <= MAX_NACK_DETAIL_BYTES, "{}", detail.len());
         assert!(detail.starts_with("resource index 0: r0: "));
         let kept = detail.matches("resource index").count();
-        assert!(detail.ends_with(&format!("; ... and {} more errors", 500 - kept)), "{detail}");
+        assert!(
+            detail.ends_with(&format!("; ... and {} more errors", 500 - kept)),
+            "{detail}"
+        );
         let huge = vec!["é".repeat(10_000), "second".to_string()];
         let detail = nack_detail(&huge);
         assert!(detail.len() <= MAX_NACK_DETAIL_BYTES);
@@ -1880,7 +1983,10 @@ mod tests {
         t.set(TimerKey::Reconnect(2), Instant::from_secs(3));
         t.set(TimerKey::Reconnect(1), Instant::from_secs(1));
         assert_eq!(t.next_deadline(), Some(Instant::from_secs(1)));
-        assert_eq!(t.pop_expired(Instant::from_secs(2)), Some(TimerKey::Reconnect(1)));
+        assert_eq!(
+            t.pop_expired(Instant::from_secs(2)),
+            Some(TimerKey::Reconnect(1))
+        );
         assert_eq!(t.pop_expired(Instant::from_secs(2)), None);
         t.cancel(&TimerKey::Reconnect(2));
         assert_eq!(t.next_deadline(), None);

@@ -26,8 +26,9 @@ pub mod time;
 
 pub use bootstrap::Bootstrap;
 pub use client::{
-    Action, ClientConfig, Code, ErrorKind, Event, Notification, ResourceSnapshot, ResourceStatusKind,
-    ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient, XdsError,
+    Action, ClientConfig, Code, ErrorKind, Event, Notification, ResourceSnapshot,
+    ResourceStatusKind, ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
+    XdsError,
 };
 pub use resource::{DecodeError, ResourceValue, XdsResourceType};
 pub use time::Instant;

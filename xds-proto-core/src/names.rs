@@ -22,7 +22,10 @@ pub struct XdstpName<'a> {
 impl XdstpName<'_> {
     /// The canonical spelling: context parameters sorted, none when empty.
     pub fn canonical(&self) -> String {
-        let mut out = format!("xdstp://{}/{}/{}", self.authority, self.resource_type, self.id);
+        let mut out = format!(
+            "xdstp://{}/{}/{}",
+            self.authority, self.resource_type, self.id
+        );
         for (i, (k, v)) in self.context_params.iter().enumerate() {
             out.push(if i == 0 { '?' } else { '&' });
             out.push_str(k);
@@ -44,7 +47,11 @@ pub struct NameError {
 
 impl fmt::Display for NameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid xdstp resource name {:?}: {}", self.name, self.reason)
+        write!(
+            f,
+            "invalid xdstp resource name {:?}: {}",
+            self.name, self.reason
+        )
     }
 }
 
@@ -55,14 +62,21 @@ pub fn parse_xdstp(name: &str) -> Result<Option<XdstpName<'_>>, NameError> {
     let Some(rest) = name.strip_prefix("xdstp://") else {
         return Ok(None);
     };
-    let fail = |reason| NameError { name: name.to_string(), reason };
+    let fail = |reason| NameError {
+        name: name.to_string(),
+        reason,
+    };
     let (path, query) = match rest.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
     };
     let path = path.split_once('#').map_or(path, |(p, _)| p);
-    let (authority, after_authority) = path.split_once('/').ok_or_else(|| fail("missing resource type"))?;
-    let (resource_type, id) = after_authority.split_once('/').unwrap_or((after_authority, ""));
+    let (authority, after_authority) = path
+        .split_once('/')
+        .ok_or_else(|| fail("missing resource type"))?;
+    let (resource_type, id) = after_authority
+        .split_once('/')
+        .unwrap_or((after_authority, ""));
     if resource_type.is_empty() {
         return Err(fail("missing resource type"));
     }
@@ -78,7 +92,12 @@ pub fn parse_xdstp(name: &str) -> Result<Option<XdstpName<'_>>, NameError> {
         }
     }
     context_params.sort_unstable();
-    Ok(Some(XdstpName { authority, resource_type, id, context_params }))
+    Ok(Some(XdstpName {
+        authority,
+        resource_type,
+        id,
+        context_params,
+    }))
 }
 
 /// The canonical form of a resource name: old-style names are returned as they are,
@@ -114,14 +133,20 @@ mod tests {
 
     #[test]
     fn xdstp_names_are_parsed_and_context_params_sorted() {
-        let n = parse_xdstp("xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?z=1&a=2").unwrap().unwrap();
+        let n = parse_xdstp("xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?z=1&a=2")
+            .unwrap()
+            .unwrap();
         assert_eq!(n.authority, "auth.example");
         assert_eq!(n.resource_type, "envoy.config.listener.v3.Listener");
         assert_eq!(n.id, "svc/a");
         assert_eq!(n.context_params, vec![("a", "2"), ("z", "1")]);
-        assert_eq!(n.canonical(), "xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?a=2&z=1");
         assert_eq!(
-            canonicalize("xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?z=1&a=2").unwrap(),
+            n.canonical(),
+            "xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?a=2&z=1"
+        );
+        assert_eq!(
+            canonicalize("xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?z=1&a=2")
+                .unwrap(),
             "xdstp://auth.example/envoy.config.listener.v3.Listener/svc/a?a=2&z=1"
         );
         let empty_authority = parse_xdstp("xdstp:///t.T/id").unwrap().unwrap();
@@ -137,7 +162,10 @@ mod tests {
         ] {
             let err = parse_xdstp(name).unwrap_err();
             assert_eq!(err.reason, reason, "{name}");
-            assert_eq!(err.to_string(), format!("invalid xdstp resource name {name:?}: {reason}"));
+            assert_eq!(
+                err.to_string(),
+                format!("invalid xdstp resource name {name:?}: {reason}")
+            );
         }
     }
 

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use crate::client::{ClientConfig, XdsClient};
-use crate::pb::envoy::service::status::v3::{ClientConfig as CsdsClientConfig, ClientStatusResponse};
+use crate::pb::envoy::service::status::v3::{
+    ClientConfig as CsdsClientConfig, ClientStatusResponse,
+};
 
 /// The key xDS-enabled gRPC servers share their client instance under.
 pub const SERVER_TARGET: &str = "#server";
@@ -23,14 +25,21 @@ impl XdsClientPool {
     /// An empty pool whose clients share `config` (and its parsed bootstrap). Each
     /// client's RNG seed is derived from `seed` and its target.
     pub fn new(config: ClientConfig, seed: u64) -> XdsClientPool {
-        XdsClientPool { config, seed, clients: BTreeMap::new() }
+        XdsClientPool {
+            config,
+            seed,
+            clients: BTreeMap::new(),
+        }
     }
 
     /// The client for `target`, created on first use.
     pub fn get_or_create(&mut self, target: &str) -> &mut XdsClient {
         if !self.clients.contains_key(target) {
             let seed = self.seed ^ fnv1a(target.as_bytes());
-            self.clients.insert(target.to_string(), XdsClient::new(self.config.clone(), seed));
+            self.clients.insert(
+                target.to_string(),
+                XdsClient::new(self.config.clone(), seed),
+            );
         }
         self.clients.get_mut(target).expect("inserted above")
     }
@@ -79,7 +88,9 @@ impl XdsClientPool {
 
 /// FNV-1a, to derive per-target seeds without any randomness.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -99,10 +110,17 @@ mod tests {
         let b = Arc::as_ptr(&pool.get_or_create(SERVER_TARGET).config().bootstrap);
         assert_eq!(a, b);
         pool.get_or_create("dns:///a");
-        assert_eq!(pool.targets().collect::<Vec<_>>(), vec![SERVER_TARGET, "dns:///a"]);
+        assert_eq!(
+            pool.targets().collect::<Vec<_>>(),
+            vec![SERVER_TARGET, "dns:///a"]
+        );
         pool.get_mut("dns:///a")
             .unwrap()
-            .watch(crate::resource::type_url::CLUSTER, "c1", crate::Instant::ZERO)
+            .watch(
+                crate::resource::type_url::CLUSTER,
+                "c1",
+                crate::Instant::ZERO,
+            )
             .unwrap();
         let csds = pool.csds_response();
         assert_eq!(csds.config.len(), 2);

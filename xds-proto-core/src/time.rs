@@ -66,7 +66,12 @@ impl Sub<Duration> for Instant {
 
 impl std::fmt::Display for Instant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:03}s", self.0 / 1_000_000_000, (self.0 / 1_000_000) % 1000)
+        write!(
+            f,
+            "{}.{:03}s",
+            self.0 / 1_000_000_000,
+            (self.0 / 1_000_000) % 1000
+        )
     }
 }
 
@@ -80,7 +85,10 @@ mod tests {
         assert_eq!(Instant::ZERO - Duration::from_secs(1), Instant::ZERO);
         let t = Instant::from_secs(2) + Duration::from_millis(500);
         assert_eq!(t.as_nanos(), 2_500_000_000);
-        assert_eq!(t.saturating_duration_since(Instant::from_secs(3)), Duration::ZERO);
+        assert_eq!(
+            t.saturating_duration_since(Instant::from_secs(3)),
+            Duration::ZERO
+        );
         assert_eq!(t.to_string(), "2.500s");
     }
 }

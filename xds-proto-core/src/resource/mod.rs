@@ -61,12 +61,18 @@ pub struct DecodeError {
 impl DecodeError {
     /// An error for a resource whose name is known.
     pub fn named(name: impl Into<String>, message: impl Into<String>) -> DecodeError {
-        DecodeError { name: Some(name.into()), message: message.into() }
+        DecodeError {
+            name: Some(name.into()),
+            message: message.into(),
+        }
     }
 
     /// An error for a resource whose name could not be read.
     pub fn unnamed(message: impl Into<String>) -> DecodeError {
-        DecodeError { name: None, message: message.into() }
+        DecodeError {
+            name: None,
+            message: message.into(),
+        }
     }
 }
 
@@ -251,12 +257,7 @@ impl XdsResourceType for Eds {
 
 /// The four built-in types, in the order the client registers them.
 pub fn builtin_types() -> Vec<Arc<dyn ErasedResourceType>> {
-    vec![
-        Arc::new(Lds),
-        Arc::new(Rds),
-        Arc::new(Cds),
-        Arc::new(Eds),
-    ]
+    vec![Arc::new(Lds), Arc::new(Rds), Arc::new(Cds), Arc::new(Eds)]
 }
 
 impl ListenerResource {
@@ -313,7 +314,9 @@ impl ClusterResource {
     /// `None` for LOGICAL_DNS and aggregate clusters.
     pub fn eds_service_name(&self) -> Option<&str> {
         match &self.cluster_type {
-            ClusterType::Eds { service_name } => Some(service_name.as_deref().unwrap_or(&self.name)),
+            ClusterType::Eds { service_name } => {
+                Some(service_name.as_deref().unwrap_or(&self.name))
+            }
             _ => None,
         }
     }
@@ -345,9 +348,13 @@ mod convenience_tests {
             tls: None,
         };
         assert_eq!(c.eds_service_name(), Some("c1"));
-        c.cluster_type = ClusterType::Eds { service_name: Some("svc".into()) };
+        c.cluster_type = ClusterType::Eds {
+            service_name: Some("svc".into()),
+        };
         assert_eq!(c.eds_service_name(), Some("svc"));
-        c.cluster_type = ClusterType::Aggregate { clusters: vec!["a".into()] };
+        c.cluster_type = ClusterType::Aggregate {
+            clusters: vec!["a".into()],
+        };
         assert_eq!(c.eds_service_name(), None);
     }
 }
