@@ -1,10 +1,7 @@
 //! Replays every committed fuzz input through the library function its cargo-fuzz
 //! target calls (`xds_proto_tests::sim::fuzz::<target>`): the crashes found so far in
 //! `fuzz/regressions/<target>/` and the seed inputs in `fuzz/seeds/<target>/`.
-//!
-//! Inputs that expose a known, reported, unfixed engine bug live in
-//! `fuzz/known-bugs/<target>/` instead; `known_bug_inputs_still_reproduce` checks that
-//! they still do, and the bug's own `#[ignore]`d test reproduces it by hand.
+//! Two of them also have a hand-written test below that shows the bug in a few steps.
 //!
 //! `cargo test -p xds-proto-tests --test fuzz_regressions -- --ignored write_seed_corpus`
 //! regenerates the seed inputs from `sim::fuzz::seed_inputs`.
@@ -70,32 +67,6 @@ fn committed_fuzz_inputs_replay_cleanly() {
     );
 }
 
-/// Every input in `fuzz/known-bugs/<target>/` still breaks the rule of a listed known
-/// bug (and none other). When this fails because a bug was fixed: delete its entry in
-/// `sim::fuzz::KNOWN_BUGS` and move its inputs to `fuzz/regressions/<target>/`.
-#[test]
-fn known_bug_inputs_still_reproduce() {
-    let inputs = inputs(&fuzz_dir().join("known-bugs").join("interleave"));
-    for path in &inputs {
-        let (_, violation) = fuzz::interleave_steps(&std::fs::read(path).expect("readable input"));
-        let violation = violation.unwrap_or_else(|| {
-            panic!(
-                "{} no longer fails: its known bug looks fixed (see the doc comment)",
-                path.display()
-            )
-        });
-        assert!(
-            fuzz::known_bug(&violation).is_some(),
-            "{}: not a known bug: {violation}",
-            path.display()
-        );
-    }
-    assert!(
-        !inputs.is_empty() || fuzz::KNOWN_BUGS.is_empty(),
-        "known bugs but no inputs in fuzz/known-bugs"
-    );
-}
-
 #[test]
 #[ignore = "writes fuzz/seeds; run by hand after changing sim::fuzz::seed_inputs"]
 fn write_seed_corpus() {
@@ -117,8 +88,8 @@ fn show_interleave_steps() {
     println!("{violation:?}");
 }
 
-/// Engine bug found by the `interleave` fuzzer (input in
-/// `fuzz/known-bugs/interleave/`): a name whose subscribing request was reported sent
+/// Regression, an engine bug found by the `interleave` fuzzer (input in
+/// `fuzz/regressions/interleave/crash-69b7…`): a name whose subscribing request was reported sent
 /// before the stream connected stays in the stream's "sent before connect" list after
 /// its watch is cancelled (and the unsubscribing request is sent). When it is watched
 /// again, its new subscribing request still outstanding, and the stream then connects,
@@ -126,9 +97,9 @@ fn show_interleave_steps() {
 /// server has not been sent: A57 says the timer starts only once the subscribing
 /// request has been sent. The watcher is told does-not-exist 15 s later although the
 /// server never heard of the resource (rule `dne-timer-eligibility`).
+/// Fixed by forgetting a name's pending timer starts when it is unsubscribed.
 #[test]
-#[ignore = "engine bug: does-not-exist timer started for a re-watched name whose request is not sent"]
-fn known_bug_rewatch_before_connect_starts_the_timer_early() {
+fn rewatch_before_connect_does_not_start_the_timer_early() {
     use std::time::Duration;
     use xds_proto_tests::{CDS, Harness, Req};
     let mut h = Harness::new();
@@ -158,56 +129,27 @@ fn known_bug_rewatch_before_connect_starts_the_timer_early() {
     );
 }
 
-/// Bug found by the `bootstrap` fuzzer (input in `fuzz/known-bugs/bootstrap/`): the
-/// bootstrap parser reads JSON numbers with serde_json's default float parser, which is
-/// not correctly rounded; the workspace does not enable serde_json's `float_roundtrip`
-/// feature. A `node.metadata` (or certificate provider `config`) number such as
-/// `1.11111111111e48` is read as one f64, printed as `1.1111111111099999e+48`, and read
-/// back as another f64 one ulp away, so a bootstrap does not survive serialization and
-/// the metadata the node reports can differ in the last bit from the document's value.
-/// The fuzz target tolerates exactly that difference (`same_up_to_float_rounding`) until
-/// the feature is on.
+/// Regression, a bug found by the `bootstrap` fuzzer (input in
+/// `fuzz/regressions/bootstrap/crash-d696…`): serde_json's default float parser is not
+/// correctly rounded, so a `node.metadata` number such as `1.11111111111e48` was read as
+/// one f64, printed as `1.1111111111099999e+48`, and read back one ulp away: the
+/// metadata the node reports could differ in the last bit from the document's value.
+/// Fixed by enabling serde_json's `float_roundtrip` feature for the workspace.
 #[test]
-#[ignore = "bug: bootstrap numbers are parsed without serde_json's float_roundtrip"]
-fn known_bug_bootstrap_floats_do_not_round_trip() {
-    for path in inputs(&fuzz_dir().join("known-bugs").join("bootstrap")) {
-        let (parsed, again) = round_trip(&path);
-        assert_eq!(
-            again,
-            parsed,
-            "{} does not round-trip exactly",
-            path.display()
-        );
-    }
-}
-
-fn round_trip(path: &Path) -> (xds_proto_core::Bootstrap, xds_proto_core::Bootstrap) {
-    let text = String::from_utf8(std::fs::read(path).expect("readable input")).expect("UTF-8");
-    let parsed = xds_proto_core::Bootstrap::from_json_str(&text).expect("parses");
-    let json = xds_proto_tests::sim::bootstrap_json::to_json(&parsed);
-    let again = xds_proto_core::Bootstrap::from_json_str(&json).expect("re-parses");
-    (parsed, again)
-}
-
-/// The `bootstrap` known-bug inputs still show their bug, and only it, and the target
-/// (which tolerates it) passes on them.
-#[test]
-fn known_bootstrap_bug_inputs_still_reproduce() {
-    let inputs = inputs(&fuzz_dir().join("known-bugs").join("bootstrap"));
-    assert!(!inputs.is_empty(), "no inputs in fuzz/known-bugs/bootstrap");
-    for path in inputs {
-        let (parsed, again) = round_trip(&path);
-        assert_ne!(
-            again,
-            parsed,
-            "{}: the float bug looks fixed: move it to fuzz/regressions",
-            path.display()
-        );
-        assert!(
-            fuzz::same_up_to_float_rounding(&again, &parsed),
-            "{}: differs beyond float rounding",
-            path.display()
-        );
-        fuzz::bootstrap(&std::fs::read(&path).expect("readable input"));
-    }
+fn bootstrap_numbers_round_trip_exactly() {
+    let json = r#"{
+      "xds_servers": [{"server_uri": "s:443", "channel_creds": [{"type": "insecure"}]}],
+      "node": {"id": "n", "metadata": {"f": 1.11111111111e48, "g": 0.1, "h": 5e-324}}
+    }"#;
+    let parsed = xds_proto_core::Bootstrap::from_json_str(json).expect("parses");
+    assert_eq!(parsed.node.metadata["f"].as_f64(), Some(1.11111111111e48));
+    let again = xds_proto_core::Bootstrap::from_json_str(
+        &xds_proto_tests::sim::bootstrap_json::to_json(&parsed),
+    )
+    .expect("re-parses");
+    assert_eq!(again, parsed);
+    assert_eq!(
+        again.node.metadata["f"].as_f64().map(f64::to_bits),
+        Some(1.11111111111e48f64.to_bits())
+    );
 }

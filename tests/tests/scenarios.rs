@@ -920,6 +920,75 @@ fn a_transient_resource_timer_reports_unavailable_instead_of_does_not_exist() {
     );
 }
 
+/// A timed-out resource is not cached (A57): a new stream's subscribing request times it
+/// again, and the server's copy replaces the timeout when it comes.
+#[test]
+fn a_transient_timeout_is_timed_again_on_a_new_stream() {
+    let json = ONE_SERVER_BOOTSTRAP.replace(
+        r#""channel_creds": [{"type": "insecure"}]"#,
+        r#""channel_creds": [{"type": "insecure"}], "server_features": ["resource_timer_is_transient_error"]"#,
+    );
+    let mut h = Harness::with_bootstrap(&json, |c| c.resource_timeout = Duration::from_secs(3));
+    let w = h.watch(CDS, "c1");
+    let s1 = h.connect_first(CDS, &["c1"]);
+    h.respond(s1, CDS, "1", "n1", vec![]);
+    assert_eq!(h.expect_request(s1), Req::new(CDS, &["c1"], "1", "n1"));
+    h.sent(s1);
+    h.advance(3 * SECOND);
+    assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::Timeout);
+    // The stream ends after a response: a new one at once, no backoff.
+    h.close(s1, Code::UNAVAILABLE, "server restarting");
+    let s2 = h.expect_start();
+    assert_eq!(
+        h.expect_request(s2),
+        Req::new(CDS, &["c1"], "1", "").with_node()
+    );
+    h.expect_nothing();
+    h.started(s2);
+    h.sent(s2);
+    h.respond(s2, CDS, "1", "n2", vec![]);
+    assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "1", "n2"));
+    h.sent(s2);
+    h.advance(3 * SECOND - Duration::from_millis(1));
+    h.expect_nothing();
+    h.advance(Duration::from_millis(1));
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_error(&n).kind), (w, ErrorKind::Timeout));
+    // A third stream: this time the server has it.
+    h.close(s2, Code::UNAVAILABLE, "server restarting");
+    let s3 = h.expect_start();
+    h.expect_request(s3);
+    h.started(s3);
+    h.sent(s3);
+    h.respond(s3, CDS, "2", "n2", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert!(matches!(n.event, WatchEvent::Changed(Ok(_))), "{n:?}");
+    assert_eq!(
+        h.client.resource_snapshot()[0].status,
+        ResourceStatusKind::Acked
+    );
+}
+
+/// A type whose only name is unwatched before its first request leaves sends nothing:
+/// an empty first LDS/CDS request would subscribe to every resource (legacy wildcard).
+#[test]
+fn a_type_unwatched_before_its_first_request_sends_no_empty_request() {
+    let mut h = Harness::new();
+    h.watch(LDS, "l");
+    let s = h.expect_start();
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(LDS, &["l"], "", "").with_node()
+    );
+    let w = h.watch(CDS, "c"); // waits: the LDS request is outstanding
+    h.cancel(w);
+    h.started(s);
+    h.sent(s);
+    h.expect_nothing();
+    h.watch(CDS, "d");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["d"], "", ""));
+}
+
 // ----- A88: deletion of LDS/CDS resources -----
 
 #[test]

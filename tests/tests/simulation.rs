@@ -16,16 +16,6 @@ use xds_proto_tests::sim::{self, SimOptions};
 /// Seeds `seeds` runs by default: small enough for about a minute in a debug build.
 const DEFAULT_SEEDS: u64 = 200;
 
-/// Seeds that fail today because of an engine bug, each with an `#[ignore]`d test
-/// below. `seeds` skips them (and says so) until the bug is fixed.
-const KNOWN_FAILING: &[(u64, &str)] = &[
-    (
-        132,
-        "known_bug_unsubscribed_name_keeps_its_pending_timer_start",
-    ),
-    (364, "known_bug_transient_timeout_is_never_retimed"),
-];
-
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
         Ok(v) => v
@@ -44,10 +34,6 @@ fn seeds() {
     let (mut steps, mut faults, mut worst, mut ran) = (0u64, 0u64, Duration::ZERO, 0u64);
     let mut failures = Vec::new();
     for seed in start..start.saturating_add(count) {
-        if let Some((_, why)) = KNOWN_FAILING.iter().find(|(s, _)| *s == seed) {
-            println!("skipping seed {seed}, a known engine bug: {why}");
-            continue;
-        }
         ran += 1;
         let report = match sim::run(seed, &SimOptions::default()) {
             Ok(r) => r,
@@ -146,7 +132,7 @@ fn planted_bug_is_caught() {
     );
 }
 
-/// Engine bug (A57 / A88, found by seed 364): with `resource_timer_is_transient_error`,
+/// Regression, an engine bug (A57 / A88, found by seed 364): with `resource_timer_is_transient_error`,
 /// once an uncached resource's does-not-exist timer has fired (`Timeout`), the client
 /// never starts it again (`start_resource_timer` refuses `timed_out` entries). A57 says
 /// the timer restarts on every new stream for a resource that is not cached, and a timed
@@ -158,15 +144,16 @@ fn planted_bug_is_caught() {
 /// (c1's `ClusterLoadAssignment "e1"`: Timeout at 1027.9s, connectivity error at
 /// 1044.9s, stream 6 connected and answering from 1050.5s, still the connectivity error
 /// at the end).
+/// Fixed: a timed-out resource is timed again by every new stream's subscribing request;
+/// `transient_timeout_is_retimed_on_a_new_stream` shows it step by step.
 #[test]
-#[ignore = "engine bug: a timed-out resource is never re-timed on a new stream"]
-fn known_bug_transient_timeout_is_never_retimed() {
+fn seed_364_transient_timeout_is_retimed() {
     if let Err(failure) = sim::run(364, &SimOptions::default()) {
         panic!("{failure}");
     }
 }
 
-/// Engine bug (A57, found by seed 132): a stream remembers the names each type's next
+/// Regression, an engine bug (A57, found by seed 132): a stream remembers the names each type's next
 /// request newly subscribes (`new_names`) so that their does-not-exist timers start
 /// when it is sent. A name subscribed and then unsubscribed while another request is
 /// outstanding stays in that list. The next request is built from the subscription (so
@@ -174,9 +161,9 @@ fn known_bug_transient_timeout_is_never_retimed() {
 /// before that request is reported sent, its timer starts then, although no request
 /// naming it has been sent, and the watcher is told does-not-exist 15 s later while the
 /// subscribing request may still be waiting (rule `dne-timer-eligibility`).
+/// Fixed: unsubscribing a name removes it from the stream's pending timer starts.
 #[test]
-#[ignore = "engine bug: a name unsubscribed before its request left still gets its timer started"]
-fn known_bug_unsubscribed_name_keeps_its_pending_timer_start() {
+fn unsubscribed_name_loses_its_pending_timer_start() {
     use xds_proto_tests::{CDS, Harness, LDS, Req};
     let mut h = Harness::new();
     h.watch(CDS, "a");
@@ -200,7 +187,7 @@ fn known_bug_unsubscribed_name_keeps_its_pending_timer_start() {
     );
 }
 
-/// Engine bug (A57 with A71, found by seed 1432 and 8 more of 10,000): the does-not-exist
+/// Regression, an engine bug (A57 with A71, found by seed 1432 and 8 more of 10,000): the does-not-exist
 /// timer is one slot per resource (`entry.timer`), shared by every server of the
 /// authority. When the primary and a fallback server both have the subscription sent
 /// and then connect, the fallback's start overwrites the primary's timer; when the
@@ -210,9 +197,10 @@ fn known_bug_unsubscribed_name_keeps_its_pending_timer_start() {
 /// connectivity error) for good. Trace:
 /// `XDS_SIM_SEED=1432 cargo test -p xds-proto-tests --test simulation -- replay --nocapture`
 /// (c0's `Cluster "c0"` after the heal at 1195 s).
+/// Fixed: each server in use times its own subscription (the timer key names the
+/// server), so releasing the fallback cancels only the fallback's timer.
 #[test]
-#[ignore = "engine bug: switching back from fallback cancels the primary's does-not-exist timer"]
-fn known_bug_switching_back_from_fallback_loses_the_timer() {
+fn switching_back_from_fallback_keeps_the_primarys_timer() {
     use xds_proto_core::Code;
     use xds_proto_tests::{CDS, Harness, Req};
     let json = r#"{

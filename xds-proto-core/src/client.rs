@@ -411,7 +411,15 @@ type TypeIdx = usize;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum TimerKey {
     Reconnect(usize),
-    DoesNotExist(TypeIdx, Arc<str>),
+    /// A resource's does-not-exist timer on one server: during fallback (A71) every
+    /// server in use times its own subscription.
+    DoesNotExist(usize, TypeIdx, Arc<str>),
+}
+
+/// The bit of `timed_on` for the server at `position` in its authority's list; the last
+/// bit stands for every position from 63 on.
+fn timer_bit(position: usize) -> u64 {
+    1 << position.min(63)
 }
 
 /// All deadlines of the client in one table, keyed by purpose.
@@ -479,8 +487,9 @@ struct ResourceEntry {
     server_error: Option<UpdateFailure>,
     /// The error that stands for new watchers: ambient when cached, the state otherwise.
     error: Option<XdsError>,
-    /// The server and stream on which the does-not-exist timer was started, if any.
-    timer: Option<(usize, StreamId)>,
+    /// The servers (by position in the authority's list, see [`timer_bit`]) whose
+    /// does-not-exist timer for it is armed.
+    timed_on: u64,
 }
 
 impl ResourceEntry {
@@ -818,7 +827,7 @@ impl XdsClient {
                 nack: None,
                 server_error: None,
                 error: None,
-                timer: None,
+                timed_on: 0,
             },
         );
         self.watchers.insert(id, (t, name.clone()));
@@ -864,8 +873,9 @@ impl XdsClient {
             return;
         }
         let authority = entry.authority;
-        self.resources[t].remove(&name);
-        self.timers.cancel(&TimerKey::DoesNotExist(t, name.clone()));
+        if let Some(mut entry) = self.resources[t].remove(&name) {
+            cancel_entry_timers(&mut self.timers, &self.authorities, t, &mut entry, None);
+        }
         let auth = &mut self.authorities[authority];
         let servers = auth.in_use().to_vec();
         auth.resources -= 1;
@@ -873,7 +883,7 @@ impl XdsClient {
             auth.in_use = 0;
         }
         for server in servers {
-            self.servers[server].types[t].subscribed.remove(&name);
+            self.unsubscribe(server, t, &name);
             if self.servers[server].has_subscriptions() {
                 self.subscription_changed(server, t, now);
             } else {
@@ -908,7 +918,7 @@ impl XdsClient {
         while let Some(key) = self.timers.pop_expired(now) {
             match key {
                 TimerKey::Reconnect(server) => self.ensure_stream(server),
-                TimerKey::DoesNotExist(t, name) => self.on_resource_timer(t, &name),
+                TimerKey::DoesNotExist(server, t, name) => self.on_resource_timer(server, t, &name),
             }
         }
     }
@@ -1069,19 +1079,29 @@ impl XdsClient {
     /// Removes every resource of `authority` from `server`'s subscriptions.
     fn unsubscribe_authority(&mut self, authority: usize, server: usize) {
         let mut changed = Vec::new();
+        let mut removed = Vec::new();
         for (t, table) in self.resources.iter_mut().enumerate() {
             for entry in table.values_mut().filter(|e| e.authority == authority) {
-                if self.servers[server].types[t].subscribed.remove(&entry.name) {
+                if self.servers[server].types[t]
+                    .subscribed
+                    .contains(&entry.name)
+                {
                     if !changed.contains(&t) {
                         changed.push(t);
                     }
-                    if entry.timer.is_some_and(|(s, _)| s == server) {
-                        entry.timer = None;
-                        self.timers
-                            .cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
-                    }
+                    removed.push((t, entry.name.clone()));
+                    cancel_entry_timers(
+                        &mut self.timers,
+                        &self.authorities,
+                        t,
+                        entry,
+                        Some(server),
+                    );
                 }
             }
+        }
+        for (t, name) in removed {
+            self.unsubscribe(server, t, &name);
         }
         if !self.servers[server].has_subscriptions() {
             self.release_server(server);
@@ -1124,6 +1144,28 @@ impl XdsClient {
             stream.types[t].new_names.push(name.clone());
         }
         true
+    }
+
+    /// Removes `name` from the subscription of type `t` on `server`, and from the
+    /// stream's record of names whose subscribing request is still to be sent, is
+    /// outstanding, or was sent before the stream connected: if the name is watched
+    /// again, only a request built after that may start its timer (A57).
+    fn unsubscribe(&mut self, server: usize, t: TypeIdx, name: &Arc<str>) {
+        let srv = &mut self.servers[server];
+        if !srv.types[t].subscribed.remove(name) {
+            return;
+        }
+        if let Some(stream) = &mut srv.stream {
+            stream.types[t].new_names.retain(|n| n != name);
+            if let Some(in_flight) = &mut stream.in_flight
+                && in_flight.type_idx == t
+            {
+                in_flight.names.retain(|n| n != name);
+            }
+            stream
+                .sent_before_connect
+                .retain(|(ty, n)| !(*ty == t && n == name));
+        }
     }
 
     /// Opens a stream to `server` if it has subscriptions, none is open, and no
@@ -1172,8 +1214,19 @@ impl XdsClient {
         if stream.in_flight.is_some() {
             return;
         }
-        let Some(t) = stream.dirty_order.pop_front() else {
-            return;
+        // A type whose names were all unwatched before its first request left sends
+        // nothing: an empty first request would be a wildcard subscription for LDS/CDS.
+        let t = loop {
+            let Some(t) = stream.dirty_order.pop_front() else {
+                return;
+            };
+            let ts = &mut stream.types[t];
+            if ts.ever_sent || !srv.types[t].subscribed.is_empty() {
+                break t;
+            }
+            ts.dirty = false;
+            ts.new_names.clear();
+            ts.nack = None;
         };
         let ts = &mut stream.types[t];
         ts.dirty = false;
@@ -1225,7 +1278,7 @@ impl XdsClient {
         let connected = stream.connected;
         if connected {
             for name in &in_flight.names {
-                self.start_resource_timer(server, stream_id, t, name, now);
+                self.start_resource_timer(server, t, name, now);
             }
         } else {
             stream
@@ -1243,43 +1296,41 @@ impl XdsClient {
             return;
         }
         stream.connected = true;
-        let id = stream.id;
         for (t, name) in std::mem::take(&mut stream.sent_before_connect) {
-            self.start_resource_timer(server, id, t, &name, now);
+            self.start_resource_timer(server, t, &name, now);
         }
     }
 
-    /// Starts the does-not-exist timer of a resource whose subscribing request was
-    /// sent on a connected stream, unless it is cached, already timed on this stream,
-    /// or has a server-reported error standing.
-    fn start_resource_timer(
-        &mut self,
-        server: usize,
-        stream: StreamId,
-        t: TypeIdx,
-        name: &Arc<str>,
-        now: Instant,
-    ) {
+    /// Starts `server`'s does-not-exist timer of a resource whose subscribing request
+    /// was sent on its connected stream, unless the resource is cached, NACKed, has a
+    /// server-reported error standing, or is already timed on this stream. A resource
+    /// whose timer ran out as a transient error (`resource_timer_is_transient_error`)
+    /// is not cached, so a new stream times it again (A57).
+    fn start_resource_timer(&mut self, server: usize, t: TypeIdx, name: &Arc<str>, now: Instant) {
         let Some(entry) = self.resources[t].get_mut(name) else {
             return;
         };
-        if !self.authorities[entry.authority].in_use().contains(&server)
-            || entry.is_cached()
-            || entry.timed_out
-            || entry.nack.is_some()
-            || entry.server_error.is_some()
-            || entry.timer.is_some_and(|(_, s)| s == stream)
-        {
+        let Some(position) = self.authorities[entry.authority]
+            .in_use()
+            .iter()
+            .position(|s| *s == server)
+        else {
+            return;
+        };
+        if entry.is_cached() || entry.nack.is_some() || entry.server_error.is_some() {
             return;
         }
-        entry.timer = Some((server, stream));
-        self.timers.set(
-            TimerKey::DoesNotExist(t, name.clone()),
-            now + self.config.resource_timeout,
-        );
+        // An armed timer of this server is one of its current stream: every stream end
+        // cancels them (`cancel_resource_timers`).
+        let key = TimerKey::DoesNotExist(server, t, name.clone());
+        if self.timers.is_armed(&key) {
+            return;
+        }
+        entry.timed_on |= timer_bit(position);
+        self.timers.set(key, now + self.config.resource_timeout);
     }
 
-    fn on_resource_timer(&mut self, t: TypeIdx, name: &Arc<str>) {
+    fn on_resource_timer(&mut self, server: usize, t: TypeIdx, name: &Arc<str>) {
         let type_url = self.types[t].type_url();
         let Some(entry) = self.resources[t].get_mut(name) else {
             return;
@@ -1287,9 +1338,8 @@ impl XdsClient {
         if entry.is_cached() {
             return;
         }
-        let Some((server, _)) = entry.timer.take() else {
-            return;
-        };
+        // One verdict per resource: the timers still running on other servers stop.
+        cancel_entry_timers(&mut self.timers, &self.authorities, t, entry, None);
         let srv = &self.servers[server];
         let timeout = self.config.resource_timeout;
         let error = if srv.config.server_features.resource_timer_is_transient_error {
@@ -1360,12 +1410,8 @@ impl XdsClient {
     /// it is disconnected) and lets them start again on the next stream.
     fn cancel_resource_timers(&mut self, server: usize) {
         for (t, table) in self.resources.iter_mut().enumerate() {
-            for entry in table.values_mut() {
-                if entry.timer.is_some_and(|(s, _)| s == server) {
-                    entry.timer = None;
-                    self.timers
-                        .cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
-                }
+            for entry in table.values_mut().filter(|e| e.timed_on != 0) {
+                cancel_entry_timers(&mut self.timers, &self.authorities, t, entry, Some(server));
             }
         }
     }
@@ -1601,8 +1647,14 @@ impl XdsClient {
             if self.authorities[entry.authority].active() != Some(server) {
                 continue; // served by another server of its authority (A71)
             }
-            if entry.timer.take().is_some() {
-                cancelled_timers.push(TimerKey::DoesNotExist(t, entry.name.clone()));
+            if entry.timed_on != 0 {
+                let servers = &self.authorities[entry.authority].servers;
+                for (position, &s) in servers.iter().enumerate() {
+                    if entry.timed_on & timer_bit(position) != 0 {
+                        cancelled_timers.push(TimerKey::DoesNotExist(s, t, entry.name.clone()));
+                    }
+                }
+                entry.timed_on = 0;
             }
             let (value, raw) = match outcome {
                 Outcome::Invalid(message) => {
@@ -1692,10 +1744,7 @@ impl XdsClient {
             if self.authorities[entry.authority].active() != Some(server) {
                 continue; // served by another server of its authority (A71)
             }
-            if entry.timer.take().is_some() {
-                self.timers
-                    .cancel(&TimerKey::DoesNotExist(t, entry.name.clone()));
-            }
+            cancel_entry_timers(&mut self.timers, &self.authorities, t, entry, None);
             entry.server_error = Some(UpdateFailure {
                 details: status.to_string(),
                 version: response.version_info.clone(),
@@ -1846,6 +1895,31 @@ fn decode_one(
 }
 
 /// The canonical spelling of a name a server sent (xdstp context parameters sorted).
+/// Cancels a resource's does-not-exist timers: those of `only` that server, or all.
+fn cancel_entry_timers(
+    timers: &mut TimerTable,
+    authorities: &[AuthorityState],
+    t: TypeIdx,
+    entry: &mut ResourceEntry,
+    only: Option<usize>,
+) {
+    if entry.timed_on == 0 {
+        return;
+    }
+    let servers = &authorities[entry.authority].servers;
+    for (position, &server) in servers.iter().enumerate() {
+        let bit = timer_bit(position);
+        if entry.timed_on & bit == 0 || only.is_some_and(|s| s != server) {
+            continue;
+        }
+        timers.cancel(&TimerKey::DoesNotExist(server, t, entry.name.clone()));
+        // The shared last bit stays set while a later position may still be armed.
+        if position < 63 || only.is_none() {
+            entry.timed_on &= !bit;
+        }
+    }
+}
+
 fn canonical_name(name: String) -> String {
     if !name.starts_with("xdstp:") {
         return name;

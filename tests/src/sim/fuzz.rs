@@ -66,46 +66,8 @@ fn client(json: &str, timeout: Duration, seed: u64) -> CheckedClient {
     CheckedClient::new(config, seed, CheckOptions::default())
 }
 
-/// An engine bug that has been found and reported but is not fixed yet, told apart by
-/// the rule it breaks and a distinctive part of the violation's detail.
-#[derive(Clone, Copy, Debug)]
-pub struct KnownBug {
-    /// The `#[ignore]`d test that reproduces it.
-    pub test: &'static str,
-    /// The broken rule.
-    pub rule: &'static str,
-    /// A part of the detail only this bug produces.
-    pub detail_contains: &'static str,
-}
-
-/// Known, reported, unfixed engine bugs. The fuzz targets stop quietly at a violation
-/// that matches one, so fuzzing goes on finding new bugs; every input in
-/// `fuzz/known-bugs/` must keep matching one (`known_bug_inputs_still_reproduce`).
-/// Remove an entry when its bug is fixed, and move its inputs to `fuzz/regressions/`.
-pub const KNOWN_BUGS: &[KnownBug] = &[
-    KnownBug {
-        test: "known_bug_rewatch_before_connect_starts_the_timer_early",
-        rule: "dne-timer-eligibility",
-        detail_contains: "subscription not reported sent since the name was unsubscribed",
-    },
-    KnownBug {
-        test: "known_bug_unsubscribed_name_keeps_its_pending_timer_start",
-        rule: "dne-timer-eligibility",
-        detail_contains: "the name was unwatched once before any request reported sent named it",
-    },
-];
-
-/// The known bug `v` is an instance of, if any.
-pub fn known_bug(v: &Violation) -> Option<&'static KnownBug> {
-    KNOWN_BUGS
-        .iter()
-        .find(|b| b.rule == v.rule && v.detail.contains(b.detail_contains))
-}
-
 fn check(result: Result<impl Sized, Violation>) {
-    if let Err(v) = result
-        && known_bug(&v).is_none()
-    {
+    if let Err(v) = result {
         panic!("{v}");
     }
 }
@@ -435,11 +397,8 @@ pub fn bootstrap(data: &[u8]) {
     let json = bootstrap_json::to_json(&parsed);
     let again = Bootstrap::from_json_str(&json)
         .unwrap_or_else(|e| panic!("the serialized bootstrap does not parse: {e}\n{json}"));
-    // Known bug (`known_bug_bootstrap_floats_do_not_round_trip`): serde_json without its
-    // `float_roundtrip` feature reads some decimal numbers 1 ulp off, so metadata and
-    // provider configs are compared up to that until the feature is on.
     assert!(
-        again == parsed || same_up_to_float_rounding(&again, &parsed),
+        again == parsed,
         "the bootstrap does not round-trip through {json}\nwas: {parsed:?}\nnow: {again:?}"
     );
     let mut names = vec!["l0".to_string()];
@@ -454,42 +413,6 @@ pub fn bootstrap(data: &[u8]) {
     for name in names {
         check(cc.watch(now, LDS, &name));
     }
-}
-
-/// Whether two bootstraps are equal except for JSON numbers a few ulp apart.
-pub fn same_up_to_float_rounding(a: &Bootstrap, b: &Bootstrap) -> bool {
-    fn close(x: &serde_json::Value, y: &serde_json::Value) -> bool {
-        use serde_json::Value;
-        match (x, y) {
-            (Value::Number(m), Value::Number(n)) => match (m.as_f64(), n.as_f64()) {
-                (Some(p), Some(q)) => p == q || (p - q).abs() <= p.abs().max(q.abs()) * 1e-15,
-                _ => m == n,
-            },
-            (Value::Array(p), Value::Array(q)) => {
-                p.len() == q.len() && p.iter().zip(q).all(|(p, q)| close(p, q))
-            }
-            (Value::Object(p), Value::Object(q)) => {
-                p.len() == q.len() && p.iter().all(|(k, v)| q.get(k).is_some_and(|w| close(v, w)))
-            }
-            _ => x == y,
-        }
-    }
-    let strip = |b: &Bootstrap| {
-        let mut b = b.clone();
-        b.node.metadata.clear();
-        for p in b.certificate_providers.values_mut() {
-            p.config = serde_json::Value::Null;
-        }
-        b
-    };
-    let metadata = |b: &Bootstrap| serde_json::Value::Object(b.node.metadata.clone());
-    strip(a) == strip(b)
-        && close(&metadata(a), &metadata(b))
-        && a.certificate_providers.iter().all(|(k, p)| {
-            b.certificate_providers
-                .get(k)
-                .is_some_and(|q| close(&p.config, &q.config))
-        })
 }
 
 /// Starting inputs for each target (`(target, bytes)`), written to `fuzz/corpus/` by
