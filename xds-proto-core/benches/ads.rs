@@ -89,8 +89,9 @@ fn cluster_name(i: usize) -> String {
     format!("outbound|8080||svc-{i}.ns-{}.svc.cluster.local", i % 50)
 }
 
-/// An Istio-like outbound cluster: EDS over ADS, mTLS transport socket, circuit
-/// breakers and Istio metadata. `generation` changes its max_requests.
+/// An Istio-like outbound cluster (about 700 bytes): EDS over ADS, mTLS transport
+/// socket, circuit breakers, outlier detection, TCP keepalive, stat name and Istio
+/// metadata. `generation` changes its max_requests.
 fn istio_cluster(i: usize, generation: u32) -> cluster::Cluster {
     let name = cluster_name(i);
     let host = format!("svc-{i}.ns-{}.svc.cluster.local", i % 50);
@@ -134,7 +135,29 @@ fn istio_cluster(i: usize, generation: u32) -> cluster::Cluster {
             })),
         },
     );
+    metadata_fields.insert(
+        "config".to_string(),
+        string_value(&format!(
+            "/apis/networking.istio.io/v1alpha3/namespaces/ns-{}/destination-rule/svc-{i}",
+            i % 50
+        )),
+    );
     cluster::Cluster {
+        alt_stat_name: format!("{host}_8080"),
+        outlier_detection: Some(cluster::OutlierDetection {
+            consecutive_5xx: Some(pbuf::UInt32Value { value: 5 }),
+            interval: Some(pbuf::Duration { seconds: 10, nanos: 0 }),
+            base_ejection_time: Some(pbuf::Duration { seconds: 30, nanos: 0 }),
+            max_ejection_percent: Some(pbuf::UInt32Value { value: 10 }),
+            ..Default::default()
+        }),
+        upstream_connection_options: Some(cluster::UpstreamConnectionOptions {
+            tcp_keepalive: Some(core::TcpKeepalive {
+                keepalive_time: Some(pbuf::UInt32Value { value: 300 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         name: name.clone(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
             cluster::cluster::DiscoveryType::Eds as i32,

@@ -490,6 +490,10 @@ struct ResourceEntry {
     /// The servers (by position in the authority's list, see [`timer_bit`]) whose
     /// does-not-exist timer for it is armed.
     timed_on: u64,
+    /// The last response (by [`XdsClient`]'s response counter) that named it, and its
+    /// position among that response's items: duplicate detection without a name index.
+    seen_in: u64,
+    seen_at: u32,
 }
 
 impl ResourceEntry {
@@ -515,15 +519,100 @@ impl ResourceEntry {
     }
 }
 
+/// Where a resource sits in its type's [`ResourceTable`]: a slot and the generation
+/// of its occupant, so that a handle kept across responses never reaches a later
+/// resource that reused the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    index: u32,
+    generation: u32,
+}
+
+/// One resource type's watched resources: entries in a slab, found by name through an
+/// index. A response's items and a server's last response refer to entries by
+/// [`Slot`], so applying an unchanged SotW resend hashes no names.
+#[derive(Debug, Default)]
+struct ResourceTable {
+    slots: Vec<(u32, Option<ResourceEntry>)>,
+    free: Vec<u32>,
+    by_name: HashMap<Arc<str>, u32>,
+}
+
+impl ResourceTable {
+    fn slot_of(&self, name: &str) -> Option<Slot> {
+        let index = *self.by_name.get(name)?;
+        Some(Slot {
+            index,
+            generation: self.slots[index as usize].0,
+        })
+    }
+
+    fn get(&self, name: &str) -> Option<&ResourceEntry> {
+        let index = *self.by_name.get(name)?;
+        self.slots[index as usize].1.as_ref()
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut ResourceEntry> {
+        let index = *self.by_name.get(name)?;
+        self.slots[index as usize].1.as_mut()
+    }
+
+    /// The entry at `slot`, if it still holds the resource the slot was taken for.
+    fn at_mut(&mut self, slot: Slot) -> Option<&mut ResourceEntry> {
+        match self.slots.get_mut(slot.index as usize) {
+            Some((generation, entry)) if *generation == slot.generation => entry.as_mut(),
+            _ => None,
+        }
+    }
+
+    /// The table's shared copy of a watched name.
+    fn shared_name(&self, name: &str) -> Option<&Arc<str>> {
+        self.by_name.get_key_value(name).map(|(k, _)| k)
+    }
+
+    fn insert(&mut self, entry: ResourceEntry) {
+        let name = entry.name.clone();
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.slots[index as usize].1 = Some(entry);
+                index
+            }
+            None => {
+                let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 resources");
+                self.slots.push((0, Some(entry)));
+                index
+            }
+        };
+        self.by_name.insert(name, index);
+    }
+
+    fn remove(&mut self, name: &str) -> Option<ResourceEntry> {
+        let index = self.by_name.remove(name)?;
+        let (generation, entry) = &mut self.slots[index as usize];
+        *generation = generation.wrapping_add(1);
+        self.free.push(index);
+        entry.take()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &ResourceEntry> {
+        self.slots.iter().filter_map(|(_, e)| e.as_ref())
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut ResourceEntry> {
+        self.slots.iter_mut().filter_map(|(_, e)| e.as_mut())
+    }
+}
+
 #[derive(Debug, Default)]
 struct ServerTypeState {
     /// The last accepted `version_info` of this type from this server.
     version: String,
     /// The names subscribed on this server.
     subscribed: BTreeSet<Arc<str>>,
-    /// The names of the last response's resources by position (`None` where one was
-    /// rejected), to recognise unchanged resources of a SotW resend without decoding.
-    last_names: Vec<Option<Arc<str>>>,
+    /// The watched resources of the last response by position (`None` where one was
+    /// rejected or not watched), to recognise unchanged resources of a SotW resend
+    /// without decoding or hashing their names.
+    last_slots: Vec<Option<Slot>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -604,12 +693,14 @@ pub struct XdsClient {
     types: Vec<Arc<dyn ErasedResourceType>>,
     servers: Vec<ServerState>,
     authorities: Vec<AuthorityState>,
-    resources: Vec<HashMap<Arc<str>, ResourceEntry>>,
+    resources: Vec<ResourceTable>,
     watchers: HashMap<WatcherId, (TypeIdx, Arc<str>)>,
     timers: TimerTable,
     actions: VecDeque<Action>,
     rng: Xoshiro256PlusPlus,
     next_stream: u64,
+    /// Responses applied so far: the stamp of the current one (see `ResourceEntry::seen_in`).
+    responses_applied: u64,
     next_watcher: u64,
     /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
     #[cfg(feature = "planted-bug")]
@@ -634,7 +725,7 @@ impl XdsClient {
             .node
             .to_proto(&config.user_agent_name, &config.user_agent_version);
         let types = resource::builtin_types();
-        let resources = types.iter().map(|_| HashMap::default()).collect();
+        let resources = types.iter().map(|_| ResourceTable::default()).collect();
         XdsClient {
             config,
             node,
@@ -647,6 +738,7 @@ impl XdsClient {
             actions: VecDeque::new(),
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             next_stream: 1,
+            responses_applied: 0,
             next_watcher: 1,
             #[cfg(feature = "planted-bug")]
             planted_bug: false,
@@ -670,7 +762,7 @@ impl XdsClient {
             return Err(DuplicateTypeError(url));
         }
         self.types.push(Arc::new(ty));
-        self.resources.push(HashMap::default());
+        self.resources.push(ResourceTable::default());
         for server in &mut self.servers {
             server.types.push(ServerTypeState::default());
             if let Some(stream) = &mut server.stream {
@@ -800,7 +892,7 @@ impl XdsClient {
         let conn = self.authorities[authority]
             .active()
             .and_then(|s| self.servers[s].connectivity_error.clone());
-        if let Some(entry) = self.resources[t].get_mut(&*canonical) {
+        if let Some(entry) = self.resources[t].get_mut(&canonical) {
             entry.watchers.push(id);
             let name = entry.name.clone();
             self.watchers.insert(id, (t, name.clone()));
@@ -815,21 +907,20 @@ impl XdsClient {
             return Ok(id);
         }
         let name: Arc<str> = Arc::from(&*canonical);
-        self.resources[t].insert(
-            name.clone(),
-            ResourceEntry {
-                name: name.clone(),
-                authority,
-                watchers: vec![id],
-                cached: None,
-                does_not_exist: false,
-                timed_out: false,
-                nack: None,
-                server_error: None,
-                error: None,
-                timed_on: 0,
-            },
-        );
+        self.resources[t].insert(ResourceEntry {
+            name: name.clone(),
+            authority,
+            watchers: vec![id],
+            cached: None,
+            does_not_exist: false,
+            timed_out: false,
+            nack: None,
+            server_error: None,
+            error: None,
+            timed_on: 0,
+            seen_in: 0,
+            seen_at: 0,
+        });
         self.watchers.insert(id, (t, name.clone()));
         let auth = &mut self.authorities[authority];
         auth.resources += 1;
@@ -939,8 +1030,8 @@ impl XdsClient {
 
     /// The cache's shared copy of a name, or a new one for a name not watched.
     fn intern(&self, t: TypeIdx, name: String) -> Arc<str> {
-        match self.resources[t].get_key_value(name.as_str()) {
-            Some((k, _)) => k.clone(),
+        match self.resources[t].shared_name(&name) {
+            Some(k) => k.clone(),
             None => Arc::from(name),
         }
     }
@@ -1464,7 +1555,7 @@ impl XdsClient {
         let Some(server) = self.server_of_stream(stream_id) else {
             return;
         };
-        let response = match discovery::DiscoveryResponse::decode(bytes) {
+        let response = match envelope::decode(bytes) {
             Ok(r) => r,
             Err(e) => {
                 // Not a DiscoveryResponse at all: the stream is unusable, as gRPC treats a
@@ -1516,7 +1607,7 @@ impl XdsClient {
         &mut self,
         server: usize,
         t: TypeIdx,
-        mut response: discovery::DiscoveryResponse,
+        response: envelope::Response,
         now: Instant,
     ) -> Result<String, String> {
         let ty = self.types[t].clone();
@@ -1524,64 +1615,56 @@ impl XdsClient {
         let version: Arc<str> = Arc::from(response.version_info.as_str());
         let mut errors: Vec<String> = Vec::new();
         let mut unnamed_error = false;
-        // Every named resource of the response in order, and where each name sits.
+        self.responses_applied += 1;
+        let stamp = self.responses_applied;
+        // Every named resource of the response in order: watched ones by slot (each
+        // entry stamped with this response and its item), others by name in
+        // `unwatched`, only to find duplicates.
         let count = response.resources.len();
-        let mut items: Vec<(Arc<str>, Outcome)> = Vec::with_capacity(count);
-        let mut index: HashMap<Arc<str>, usize> =
-            HashMap::with_capacity_and_hasher(count, Default::default());
-        let last_names = std::mem::take(&mut self.servers[server].types[t].last_names);
-        let mut order: Vec<Option<Arc<str>>> = Vec::with_capacity(count);
+        let mut items: Vec<(Option<Slot>, Outcome)> = Vec::with_capacity(count);
+        let mut unwatched: HashMap<String, usize> = HashMap::default();
+        let last_slots = std::mem::take(&mut self.servers[server].types[t].last_slots);
+        let mut order: Vec<Option<Slot>> = Vec::with_capacity(count);
 
         // Each resource's type URL against the response's, in one pass over the envelope
-        // just decoded (checked between decodes, each check was a cache miss). A matching
-        // URL is not needed again: freed here too, while in cache.
+        // just decoded (checked between decodes, each check was a cache miss).
         let type_matches: Vec<bool> = response
             .resources
-            .iter_mut()
-            .map(|a| {
-                let matches = a.type_url == type_url;
-                if matches && type_url != resource::type_url::RESOURCE_WRAPPER {
-                    a.type_url = String::new();
-                }
-                matches
-            })
+            .iter()
+            .map(|a| a.type_url == type_url.as_bytes())
             .collect();
 
+        let table = &mut self.resources[t];
         for (i, any) in response.resources.into_iter().enumerate() {
             // SotW resends: the same bytes at the same position as in the last response
-            // are the cached resource, unchanged; no decode needed.
-            if let Some(Some(name)) = last_names.get(i) {
-                let same = type_matches[i]
-                    && !index.contains_key(name)
-                    && self.resources[t]
-                        .get(&**name)
-                        .and_then(|e| e.cached.as_ref())
-                        .is_some_and(|c| c.raw == any.value);
-                if same {
-                    index.insert(name.clone(), items.len());
-                    items.push((name.clone(), Outcome::Unchanged));
-                    order.push(Some(name.clone()));
-                    continue;
-                }
+            // are the cached resource, unchanged; no decode, no name lookup.
+            if let Some(Some(slot)) = last_slots.get(i)
+                && type_matches[i]
+                && let Some(entry) = table.at_mut(*slot)
+                && entry.seen_in != stamp
+                && entry.cached.as_ref().is_some_and(|c| c.raw == any.value)
+            {
+                entry.seen_in = stamp;
+                entry.seen_at = items.len() as u32;
+                items.push((Some(*slot), Outcome::Unchanged));
+                order.push(Some(*slot));
+                continue;
             }
             match decode_one(ty.as_ref(), any, type_matches[i]) {
                 Ok((name, value, raw)) => {
-                    let name = self.intern(t, canonical_name(name));
-                    match index.entry(name) {
-                        std::collections::hash_map::Entry::Occupied(o) => {
-                            let (name, &k) = (o.key(), o.get());
+                    let name = canonical_name(name);
+                    match note_item(table, &mut unwatched, items.len(), stamp, &name) {
+                        Seen::First(slot) => {
+                            items.push((slot, Outcome::Changed(value, raw)));
+                            order.push(slot);
+                        }
+                        Seen::Again(k) => {
                             errors.push(format!(
                                 "resource index {i}: {name}: duplicate resource name in response"
                             ));
                             items[k].1 =
                                 Outcome::Invalid("duplicate resource name in response".to_string());
                             order.push(None);
-                        }
-                        std::collections::hash_map::Entry::Vacant(v) => {
-                            let name = v.key().clone();
-                            v.insert(items.len());
-                            items.push((name.clone(), Outcome::Changed(value, raw)));
-                            order.push(Some(name));
                         }
                     }
                 }
@@ -1590,13 +1673,11 @@ impl XdsClient {
                     errors.push(format!("resource index {i}: {label}: {}", e.message));
                     match e.name.map(canonical_name) {
                         Some(name) => {
-                            let name = self.intern(t, name);
-                            match index.get(&name) {
-                                Some(&k) => items[k].1 = Outcome::Invalid(e.message),
-                                None => {
-                                    index.insert(name.clone(), items.len());
-                                    items.push((name, Outcome::Invalid(e.message)));
+                            match note_item(table, &mut unwatched, items.len(), stamp, &name) {
+                                Seen::First(slot) => {
+                                    items.push((slot, Outcome::Invalid(e.message)))
                                 }
+                                Seen::Again(k) => items[k].1 = Outcome::Invalid(e.message),
                             }
                         }
                         None => unnamed_error = true,
@@ -1605,8 +1686,13 @@ impl XdsClient {
                 }
             }
         }
-        self.servers[server].types[t].last_names = order;
+        self.servers[server].types[t].last_slots = order;
 
+        // The item a name had in this response, if any.
+        let item_of = |table: &ResourceTable, name: &str| match table.get(name) {
+            Some(e) => (e.seen_in == stamp).then_some(e.seen_at as usize),
+            None => unwatched.get(name).copied(),
+        };
         let mut server_errors: Vec<(Arc<str>, Status)> = Vec::new();
         for (j, re) in response.resource_errors.into_iter().enumerate() {
             let name = canonical_name(re.resource_name.map(|n| n.name).unwrap_or_default());
@@ -1617,9 +1703,8 @@ impl XdsClient {
                 errors.push(format!("resource_errors[{j}]: empty resource name"));
                 continue;
             }
-            let present = index
-                .get(name.as_str())
-                .is_some_and(|&k| !matches!(items[k].1, Outcome::Invalid(_)));
+            let present = item_of(&self.resources[t], &name)
+                .is_some_and(|k| !matches!(items[k].1, Outcome::Invalid(_)));
             match status {
                 None => errors.push(format!(
                     "resource_errors[{j}]: {name}: missing error_detail"
@@ -1640,13 +1725,23 @@ impl XdsClient {
         // Does-not-exist timers of the resources received, cancelled after the loop.
         let mut cancelled_timers: Vec<TimerKey> = Vec::new();
 
-        for (name, outcome) in items {
-            let Some(entry) = table.get_mut(&*name) else {
+        // Watched resources of this response whose authority this server serves: when
+        // they are as many as the server's subscription, none is missing.
+        let mut present_here = 0usize;
+        for (slot, outcome) in items {
+            let Some(entry) = slot.and_then(|slot| table.at_mut(slot)) else {
                 continue; // not subscribed: ignored
             };
             if self.authorities[entry.authority].active() != Some(server) {
                 continue; // served by another server of its authority (A71)
             }
+            debug_assert!(
+                self.servers[server].types[t]
+                    .subscribed
+                    .contains(&entry.name),
+                "the active server's subscription names every watched resource it serves"
+            );
+            present_here += 1;
             if entry.timed_on != 0 {
                 let servers = &self.authorities[entry.authority].servers;
                 for (position, &s) in servers.iter().enumerate() {
@@ -1668,8 +1763,9 @@ impl XdsClient {
                         status: Status::new(
                             Code::UNAVAILABLE,
                             format!(
-                                "xDS server {server_uri:?} sent an invalid {} {name:?} (version {:?}): {message}",
+                                "xDS server {server_uri:?} sent an invalid {} {:?} (version {:?}): {message}",
                                 short_type(type_url),
+                                entry.name,
                                 response.version_info
                             ),
                         ),
@@ -1738,7 +1834,7 @@ impl XdsClient {
         }
 
         for (name, status) in &server_errors {
-            let Some(entry) = table.get_mut(&**name) else {
+            let Some(entry) = table.get_mut(name) else {
                 continue;
             };
             if self.authorities[entry.authority].active() != Some(server) {
@@ -1783,11 +1879,19 @@ impl XdsClient {
             notify_all(&mut self.actions, entry, type_url, event);
         }
 
-        if ty.all_resources_required_in_sotw() && !unnamed_error {
-            let subscribed: Vec<Arc<str>> = self.servers[server].types[t]
-                .subscribed
+        // The active server's subscription covers every watched name of the authorities
+        // it serves, so a count equal to the subscription means none is missing.
+        let subscription = &self.servers[server].types[t].subscribed;
+        if ty.all_resources_required_in_sotw()
+            && !unnamed_error
+            && present_here < subscription.len()
+        {
+            let subscribed: Vec<Arc<str>> = subscription
                 .iter()
-                .filter(|n| !index.contains_key(*n) && !server_errors.iter().any(|(e, _)| e == *n))
+                .filter(|n| {
+                    table.get(n).is_some_and(|e| e.seen_in != stamp)
+                        && !server_errors.iter().any(|(e, _)| e == *n)
+                })
                 .cloned()
                 .collect();
             for name in subscribed {
@@ -1852,6 +1956,101 @@ impl XdsClient {
     }
 }
 
+/// The `DiscoveryResponse` envelope as the client reads it: the same fields, types and
+/// strictness as the generated message, except that each resource's `type_url` stays a
+/// slice of the received buffer (checked for UTF-8 here) instead of a new `String`: a
+/// 10,000-cluster response makes no per-resource allocation before its bytes are
+/// compared with the cache.
+mod envelope {
+    use bytes::Bytes;
+    use prost::Message;
+
+    use crate::pb::envoy::config::core::v3::ControlPlane;
+    use crate::pb::envoy::service::discovery::v3::ResourceError;
+
+    /// `google.protobuf.Any` with its type URL kept as bytes.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Any {
+        #[prost(bytes = "bytes", tag = "1")]
+        pub type_url: Bytes,
+        #[prost(bytes = "bytes", tag = "2")]
+        pub value: Bytes,
+    }
+
+    /// `envoy.service.discovery.v3.DiscoveryResponse`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Response {
+        #[prost(string, tag = "1")]
+        pub version_info: String,
+        #[prost(message, repeated, tag = "2")]
+        pub resources: Vec<Any>,
+        #[prost(bool, tag = "3")]
+        pub canary: bool,
+        #[prost(string, tag = "4")]
+        pub type_url: String,
+        #[prost(string, tag = "5")]
+        pub nonce: String,
+        #[prost(message, optional, tag = "6")]
+        pub control_plane: Option<ControlPlane>,
+        #[prost(message, repeated, tag = "7")]
+        pub resource_errors: Vec<ResourceError>,
+    }
+
+    /// Decodes a response, rejecting exactly what the generated message rejects; the
+    /// error is the reason.
+    pub(super) fn decode(bytes: Bytes) -> Result<Response, String> {
+        let response = Response::decode(bytes).map_err(|e| e.to_string())?;
+        // A string field that is not UTF-8 fails the generated decoder; so here. A URL
+        // equal to the response's (the usual case) is UTF-8 already.
+        let all_utf8 = response.resources.iter().all(|a| {
+            a.type_url == response.type_url.as_bytes() || std::str::from_utf8(&a.type_url).is_ok()
+        });
+        if !all_utf8 {
+            return Err(
+                "failed to decode Protobuf message: Any.type_url: invalid string value: data is not UTF-8 encoded"
+                    .to_string(),
+            );
+        }
+        Ok(response)
+    }
+}
+
+/// Whether a name was already seen in the response being applied.
+enum Seen {
+    /// First time: its slot if watched.
+    First(Option<Slot>),
+    /// A duplicate of the item at this position.
+    Again(usize),
+}
+
+/// Records that the response's item at `position` names `name`, or finds the earlier
+/// item that did.
+fn note_item(
+    table: &mut ResourceTable,
+    unwatched: &mut HashMap<String, usize>,
+    position: usize,
+    stamp: u64,
+    name: &str,
+) -> Seen {
+    if let Some(slot) = table.slot_of(name)
+        && let Some(entry) = table.at_mut(slot)
+    {
+        if entry.seen_in == stamp {
+            return Seen::Again(entry.seen_at as usize);
+        }
+        entry.seen_in = stamp;
+        entry.seen_at = position as u32;
+        return Seen::First(Some(slot));
+    }
+    match unwatched.get(name) {
+        Some(&k) => Seen::Again(k),
+        None => {
+            unwatched.insert(name.to_string(), position);
+            Seen::First(None)
+        }
+    }
+}
+
 /// What a response says about one named resource.
 enum Outcome {
     /// The same bytes as cached (found without decoding).
@@ -1866,10 +2065,10 @@ enum Outcome {
 /// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
 fn decode_one(
     ty: &dyn ErasedResourceType,
-    any: crate::pb::google::protobuf::Any,
+    any: envelope::Any,
     type_matches: bool,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    let (any, type_matches) = if any.type_url == resource::type_url::RESOURCE_WRAPPER {
+    let (any, type_matches) = if any.type_url == resource::type_url::RESOURCE_WRAPPER.as_bytes() {
         let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
             resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
         })?;
@@ -1879,6 +2078,10 @@ fn decode_one(
             message: "Resource wrapper has no resource".to_string(),
         })?;
         let matches = inner.type_url == ty.type_url();
+        let inner = envelope::Any {
+            type_url: Bytes::from(inner.type_url.into_bytes()),
+            value: inner.value,
+        };
         (inner, matches)
     } else {
         (any, type_matches)
@@ -1886,7 +2089,7 @@ fn decode_one(
     if !type_matches {
         return Err(resource::DecodeError::unnamed(format!(
             "type URL {:?} does not match the response's {:?}",
-            any.type_url,
+            String::from_utf8_lossy(&any.type_url),
             ty.type_url()
         )));
     }
@@ -1894,7 +2097,6 @@ fn decode_one(
     Ok((name, value, any.value))
 }
 
-/// The canonical spelling of a name a server sent (xdstp context parameters sorted).
 /// Cancels a resource's does-not-exist timers: those of `only` that server, or all.
 fn cancel_entry_timers(
     timers: &mut TimerTable,
@@ -1920,6 +2122,7 @@ fn cancel_entry_timers(
     }
 }
 
+/// The canonical spelling of a name a server sent (xdstp context parameters sorted).
 fn canonical_name(name: String) -> String {
     if !name.starts_with("xdstp:") {
         return name;
