@@ -650,6 +650,64 @@ fn header_values_are_joined_and_reserved_headers_are_hidden() {
     assert_eq!(pick(&s, "/x/y", &[("a", "1"), ("b", "3")]), hit("miss"));
 }
 
+/// gRFC A28, "Picking": "Note that only custom metadata is considered during header
+/// matching, unlike in Envoy, where all headers (including HTTP/2 pseudo-headers) are
+/// included. This is because pick happens above gRPC's transport (HTTP/2) layer, so
+/// transport headers are not accessible." In PROTOCOL-HTTP2.md, Request-Headers are
+/// Call-Definition (`:method`, `:scheme`, `:path`, `:authority`, `te`, `grpc-timeout`,
+/// `content-type`, `grpc-message-type`, `grpc-encoding`, `grpc-accept-encoding`,
+/// `user-agent`) then Custom-Metadata, whose `grpc-` names are reserved for gRPC. gRPC
+/// implementations also leave binary (`-bin`) metadata out of matching and show
+/// `content-type` as `application/grpc` (C-core's `GetHeaderValue`).
+#[test]
+fn a28_only_custom_metadata_is_visible_to_header_matchers() {
+    let present = |name: &str| header(name, Spec::PresentMatch(true), false);
+    let absent = |name: &str| header(name, Spec::PresentMatch(false), false);
+    let exact = |name: &str, value: &str| header(name, Spec::ExactMatch(value.into()), false);
+    // Call-Definition headers are never visible, even when the metadata holds them.
+    let transport = [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":path", "/svc/M"),
+        (":authority", "example.com"),
+        ("te", "trailers"),
+        ("grpc-timeout", "1S"),
+        ("grpc-message-type", "pkg.Request"),
+        ("grpc-encoding", "gzip"),
+        ("grpc-accept-encoding", "gzip"),
+        ("user-agent", "grpc-rust/1.0"),
+        ("grpc-previous-rpc-attempts", "1"),
+        ("Grpc-Future-Reserved", "x"),
+        ("x-trace-bin", "AAEC"),
+    ];
+    for (name, value) in transport {
+        assert!(!header_case(present(name), &transport), "{name} is hidden");
+        assert!(header_case(absent(name), &transport), "{name} is hidden");
+        assert!(!header_case(exact(name, value), &transport), "{name}");
+    }
+    // content-type is the one Call-Definition header matchers see, as application/grpc.
+    assert!(header_case(
+        exact("content-type", "application/grpc"),
+        &[("content-type", "application/grpc+json")]
+    ));
+    // Custom metadata is visible, including names that merely contain the reserved
+    // parts.
+    let custom = [
+        ("x-grpc-tenant", "a"),
+        ("grpc", "b"),
+        ("grpcx-k", "c"),
+        ("x-bin-id", "d"),
+        ("x-user-agent", "e"),
+        ("tenant", "f"),
+    ];
+    for (name, value) in custom {
+        assert!(
+            header_case(exact(name, value), &custom),
+            "{name} is custom metadata"
+        );
+    }
+}
+
 #[test]
 fn runtime_fraction_draws_from_the_callers_random_source() {
     let rc = routes_config(
@@ -1905,27 +1963,59 @@ fn pick_from<'a>(rng: &mut SplitMix, items: &[&'a str]) -> &'a str {
     items[(rng.next_u32() as usize) % items.len()]
 }
 
-fn generated_route(rng: &mut SplitMix, i: usize) -> route::Route {
+/// Path regexes for generated routes: with a literal service (indexed), without one
+/// (scanned, compiled into multi-pattern DFAs read backwards), and ones a DFA cannot
+/// take (Unicode word boundaries: run on their own).
+const REGEXES: [&str; 24] = [
+    ".*M",
+    "/a\\.S/.*",
+    "/[ab]\\.S/[MN]",
+    "/a\\.S/Mx?",
+    "/A\\.s/m+",
+    "/b\\.S/(M|N)",
+    "/c\\.T/M.*",
+    "/a\\.S/M|/b\\.S/N",
+    ".*N",
+    ".*/Mx?",
+    ".*\\.S/M",
+    "",
+    ".*",
+    "(?i)/a\\.s/m",
+    "/a\\.S/M\\b",
+    "\\b.*\\b",
+    "(?-u:\\b)/.*",
+    "[^M]*",
+    "/\\w\\.[ST]/\\w+",
+    ".+M|/c\\.T/.*",
+    "/ü\\.S/M",
+    "/..S/.x",
+    ".*[Mm]$",
+    "^/c.*",
+];
+
+/// One route; `regex_heavy` makes most of them scanned regexes (to fill several DFA
+/// groups) mixed with prefixes, exact paths and conditional routes in random order.
+fn generated_route(rng: &mut SplitMix, i: usize, regex_heavy: bool) -> route::Route {
     let svc = pick_from(rng, &SERVICES);
     let method = pick_from(rng, &METHODS);
-    let m = match rng.next_u32() % 11 {
+    let kind = if regex_heavy && !rng.next_u32().is_multiple_of(3) {
+        6
+    } else {
+        rng.next_u32() % 11
+    };
+    let m = match kind {
         0 | 1 => path(&format!("{svc}{method}")),
         2 | 3 => prefix(svc),
         4 => prefix(&format!("{svc}{}", &method[..1])),
         5 => prefix(pick_from(rng, &["", "/", "/a", "/b.S"])),
-        6 => regex(pick_from(
-            rng,
-            &[
-                ".*M",
-                "/a\\.S/.*",
-                "/[ab]\\.S/[MN]",
-                "/a\\.S/Mx?",
-                "/A\\.s/m+",
-                "/b\\.S/(M|N)",
-                "/c\\.T/M.*",
-                "/a\\.S/M|/b\\.S/N",
-            ],
-        )),
+        6 => {
+            let r = regex(pick_from(rng, &REGEXES));
+            match rng.next_u32() % 8 {
+                0 => with_header(r, header("x-k", Spec::PresentMatch(true), false)),
+                1 => with_fraction(r, rng.next_u32() % 1_000_001),
+                _ => r,
+            }
+        }
         7 => case_sensitive(
             if rng.next_u32().is_multiple_of(2) {
                 path(&format!("{svc}{method}"))
@@ -1948,12 +2038,15 @@ fn generated_route(rng: &mut SplitMix, i: usize) -> route::Route {
     to_cluster(m, &format!("c{i}"))
 }
 
-fn indexed_matches_linear(seed: u64, size: u8) -> bool {
+/// Whether the indexed table of `n` generated routes picks what a linear first-match
+/// scan picks, with the same random draws, for 32 generated RPCs.
+fn indexed_matches_linear_with(seed: u64, n: usize, regex_heavy: bool) -> bool {
     let mut rng = SplitMix(seed);
-    let n = usize::from(size % 64);
     let rc = routes_config(
         "prop",
-        (0..n).map(|i| generated_route(&mut rng, i)).collect(),
+        (0..n)
+            .map(|i| generated_route(&mut rng, i, regex_heavy))
+            .collect(),
     );
     let decoded = decode_rc(&rc).expect("generated routes are valid");
     let matchers: Vec<_> = decoded.virtual_hosts[0]
@@ -1969,7 +2062,18 @@ fn indexed_matches_linear(seed: u64, size: u8) -> bool {
         let p = match rng.next_u32() % 6 {
             0 => pick_from(
                 &mut rng,
-                &["", "/", "/a.S", "noslash", "//x", "/a.S/M/extra"],
+                &[
+                    "",
+                    "/",
+                    "/a.S",
+                    "noslash",
+                    "//x",
+                    "/a.S/M/extra",
+                    "/ü.S/M",
+                    "/a.S/\nM",
+                    "/c.T/",
+                    "/a.S/Mxx",
+                ],
             )
             .to_string(),
             _ => format!(
@@ -1987,7 +2091,7 @@ fn indexed_matches_linear(seed: u64, size: u8) -> bool {
             .position(|m| route_matches(m, &p, md, &mut r2));
         if indexed != linear || r1.0 != r2.0 {
             eprintln!(
-                "seed {seed} size {size}: path {p:?} md {md:?}: indexed {indexed:?} linear {linear:?}"
+                "seed {seed} n {n} regex-heavy {regex_heavy}: path {p:?} md {md:?}: indexed {indexed:?} linear {linear:?} ({stats:?})"
             );
             return false;
         }
@@ -1995,9 +2099,89 @@ fn indexed_matches_linear(seed: u64, size: u8) -> bool {
     true
 }
 
+fn indexed_matches_linear(seed: u64, size: u8) -> bool {
+    indexed_matches_linear_with(seed, usize::from(size % 64), false)
+}
+
+/// Up to 200 routes, two thirds of them regexes: several DFA groups, regexes left out
+/// of groups (a DFA cannot take them, they are too costly, or past the grouped ones), and
+/// exact paths with more conditional candidates than a precomputed list holds.
+fn indexed_matches_linear_regex_heavy(seed: u64, size: u16) -> bool {
+    indexed_matches_linear_with(seed, usize::from(size % 201), true)
+}
+
+/// The lookup structures of a table with unindexed regexes and a crowded exact path, and
+/// picks through each of them.
+#[test]
+fn route_table_groups_scanned_regexes_and_precomputes_exact_paths() {
+    let present = || header("x-k", Spec::PresentMatch(true), false);
+    let mut routes = Vec::new();
+    // 40 regexes without a literal service, interleaved with exact paths and prefixes:
+    // the first 40 scanned regexes go into DFA groups of 16.
+    for i in 0..40 {
+        routes.push(to_cluster(
+            regex(&format!(".*/Debug{i}")),
+            &format!("debug{i}"),
+        ));
+        routes.push(to_cluster(
+            path(&format!("/s{i}.S/M")),
+            &format!("exact{i}"),
+        ));
+        routes.push(to_cluster(
+            prefix(&format!("/p{i}.S/")),
+            &format!("prefix{i}"),
+        ));
+    }
+    // A regex no DFA group takes (Unicode word boundary), and one with a large Unicode
+    // class: both run on their own.
+    routes.push(to_cluster(regex("\\bx.*"), "word"));
+    routes.push(to_cluster(regex(".*/\\w+Z"), "letters"));
+    // Ten conditional routes ahead of one exact path: too many to precompute.
+    for i in 0..10 {
+        routes.push(to_cluster(
+            with_header(prefix("/crowd.S/"), present()),
+            &format!("crowd{i}"),
+        ));
+    }
+    routes.push(to_cluster(path("/crowd.S/M"), "crowd-exact"));
+    routes.push(to_cluster(prefix(""), "default"));
+    let rc = routes_config("rc", routes);
+    let decoded = decode_rc(&rc).expect("valid");
+    let matchers: Vec<_> = decoded.virtual_hosts[0]
+        .routes
+        .iter()
+        .map(|r| r.matcher.clone())
+        .collect();
+    let stats = RouteTable::new(matchers.iter()).stats();
+    assert_eq!((stats.exact, stats.service, stats.scanned), (41, 50, 43));
+    assert_eq!(stats.grouped_regexes, 40);
+    assert_eq!(
+        stats.memoized_paths, 40,
+        "all exact paths but the crowded one"
+    );
+    let (s, _r) = selector(&rc, None);
+    assert_eq!(pick(&s, "/x.Y/Debug7", &NO_MD), hit("debug7"));
+    assert_eq!(pick(&s, "/s3.S/Debug39", &NO_MD), hit("debug39"));
+    assert_eq!(pick(&s, "/s3.S/M", &NO_MD), hit("exact3"));
+    assert_eq!(pick(&s, "/p39.S/Debug40", &NO_MD), hit("prefix39"));
+    assert_eq!(pick(&s, "/p39.S/Debug2", &NO_MD), hit("debug2"));
+    assert_eq!(pick(&s, "xyz", &NO_MD), hit("word"));
+    assert_eq!(pick(&s, "/a/émeZ", &NO_MD), hit("letters"));
+    assert_eq!(pick(&s, "/crowd.S/M", &NO_MD), hit("crowd-exact"));
+    assert_eq!(pick(&s, "/crowd.S/M", &[("x-k", "1")]), hit("crowd0"));
+    assert_eq!(pick(&s, "/crowd.S/N", &NO_MD), hit("default"));
+}
+
 #[test]
 fn indexed_route_table_agrees_with_a_linear_first_match_scan() {
     QuickCheck::new()
         .tests(500)
         .quickcheck(indexed_matches_linear as fn(u64, u8) -> bool);
+}
+
+#[test]
+fn indexed_route_table_with_many_regexes_agrees_with_a_linear_scan() {
+    QuickCheck::new()
+        .tests(20)
+        .quickcheck(indexed_matches_linear_regex_heavy as fn(u64, u16) -> bool);
 }

@@ -1,13 +1,23 @@
 //! Config selector pick cost for 10, 100, 1,000 and 5,000 routes.
 //!
-//! Route tables look like a large gRPC mesh: mostly exact `/pkg.ServiceN/MethodM`
-//! paths, some `/pkg.ServiceN/` service prefixes, header-matched and weighted routes,
-//! regexes with a literal service (indexed) and a few without (scanned on every pick
-//! that gets past them), and a catch-all last route. Each iteration routes a
-//! fixed set of 64 RPCs spread over the whole table (early, middle and late routes, and
-//! the catch-all). Criterion reports picks per second as its throughput; before the
-//! measurement a counting global allocator reports allocations per pick. A linear
-//! first-match scan over the same table is measured for comparison.
+//! Route tables look like a large gRPC mesh, 8 routes per service: mostly exact
+//! `/pkg.ServiceN/MethodM` paths; per 20 routes one `/pkg.ServiceN/` service prefix
+//! (shadowing the later routes of its service), one header-matched exact path
+//! (`x-tenant: gold`), one weighted split (5/95) and, up to route 1,000, one regex with a
+//! literal service (`/pkg\.RegexN/.*`, indexed by it); one regex without a literal start
+//! per 1,000 routes (`.*/DebugN`, on the scan list); and a catch-all last route.
+//!
+//! Two sets of 64 RPCs are routed per iteration:
+//! - `indexed`: methods spread over the whole table (early, middle and late routes,
+//!   exact, header-matched, weighted and prefix-shadowed) and one unknown service that
+//!   only the catch-all takes;
+//! - `unlisted`: paths that are no route's exact path: unlisted methods of listed
+//!   services (service prefix or catch-all), hits of the indexed regexes, hits of the
+//!   `.*/DebugN` regexes, and unknown services.
+//!
+//! Criterion reports picks per second as its throughput; before the measurement a
+//! counting global allocator reports allocations per pick, and the selector's build time
+//! is printed. A linear first-match scan over the same table is measured for comparison.
 //!
 //! Run: `cargo bench -p xds-proto-core --bench selector`.
 
@@ -124,8 +134,8 @@ fn weighted() -> route::RouteAction {
     }
 }
 
-/// `n` routes (the last a catch-all) and the 64 paths the benchmark routes.
-fn table(n: usize) -> (RouteConfigResource, Vec<String>) {
+/// `n` routes (the last a catch-all), the 64 `indexed` paths and the 64 `unlisted` ones.
+fn table(n: usize) -> (RouteConfigResource, Vec<String>, Vec<String>) {
     use route::route_match::PathSpecifier as P;
     let mut routes = Vec::with_capacity(n);
     for i in 0..n - 1 {
@@ -204,7 +214,18 @@ fn table(n: usize) -> (RouteConfigResource, Vec<String>) {
         })
         .collect();
     paths.push("/other.Unknown/Call".to_string());
-    (decoded, paths)
+    let unlisted = (0..64)
+        .map(|k| {
+            let i = (k * (n - 1)) / 64;
+            match k % 4 {
+                0 => format!("/pkg.Service{}/Unlisted{k}", i / 8),
+                1 => format!("/pkg.Regex{}/Call", (i.min(999) / 20) * 20 + 17),
+                2 => format!("/other.Svc{k}/Debug{}", (i / 1_000) * 1_000 + 999),
+                _ => format!("/other.Unknown{k}/Call"),
+            }
+        })
+        .collect();
+    (decoded, paths, unlisted)
 }
 
 fn allocations_per_pick(selector: &ConfigSelector, paths: &[String]) -> f64 {
@@ -247,33 +268,60 @@ fn picks_per_second(selector: &ConfigSelector, paths: &[String]) -> f64 {
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("select");
     for n in SIZES {
-        let (rc, paths) = table(n);
+        let (rc, paths, unlisted) = table(n);
         let mut registry = ClusterRegistry::new();
+        // The build time: the best of a few builds (other work shares the machine).
+        let build = (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                let s = ConfigSelector::from_virtual_host(
+                    &rc.virtual_hosts[0],
+                    &[],
+                    None,
+                    &mut registry,
+                );
+                let elapsed = start.elapsed();
+                drop(s);
+                elapsed
+            })
+            .min()
+            .unwrap_or_default();
         let selector =
             ConfigSelector::from_virtual_host(&rc.virtual_hosts[0], &[], None, &mut registry);
         let stats = selector.route_table().stats();
-        let allocs = allocations_per_pick(&selector, &paths);
-        let rate = picks_per_second(&selector, &paths);
         println!(
-            "selector routes={n:>5} exact={:>4} service={:>3} scanned={:>3}: {:>6.2} M picks/s, {allocs:.3} allocations/pick",
+            "selector routes={n:>5} exact={:>4} service={:>3} scanned={:>3} (regexes in DFAs={}) precomputed paths={:>4}: built in {:.3} ms",
             stats.exact,
             stats.service,
             stats.scanned,
-            rate / 1e6
+            stats.grouped_regexes,
+            stats.memoized_paths,
+            build.as_secs_f64() * 1e3,
         );
+        for (name, set) in [("indexed", &paths), ("unlisted", &unlisted)] {
+            let allocs = allocations_per_pick(&selector, set);
+            let rate = picks_per_second(&selector, set);
+            println!(
+                "  {name:<8}: {:>6.2} M picks/s ({:>5.0} ns/pick), {allocs:.3} allocations/pick",
+                rate / 1e6,
+                1e9 / rate
+            );
+        }
         group.throughput(Throughput::Elements(paths.len() as u64));
-        group.bench_with_input(BenchmarkId::new("indexed", n), &paths, |b, paths| {
-            let mut rng = SplitMix(11);
-            b.iter(|| {
-                for p in paths {
-                    black_box(
-                        selector
-                            .select(black_box(p.as_str()), &METADATA[..], &mut rng)
-                            .ok(),
-                    );
-                }
+        for (name, set) in [("indexed", &paths), ("unlisted", &unlisted)] {
+            group.bench_with_input(BenchmarkId::new(name, n), set, |b, paths| {
+                let mut rng = SplitMix(11);
+                b.iter(|| {
+                    for p in paths {
+                        black_box(
+                            selector
+                                .select(black_box(p.as_str()), &METADATA[..], &mut rng)
+                                .ok(),
+                        );
+                    }
+                });
             });
-        });
+        }
         if n == 5_000 {
             let matchers = selector.route_table().matchers();
             group.bench_with_input(

@@ -19,11 +19,12 @@
 //! matcher is an exact path or a prefix of the gRPC form `/pkg.Service/...` are found
 //! through hash maps built once per route table, keeping first-match order by taking the
 //! lowest route position among the candidate buckets and the routes that must be
-//! scanned.
+//! scanned. Scanned regexes are evaluated together by multi-pattern DFAs, and an exact
+//! path's candidates are resolved when the table is built ([`RouteTable`]), so a pick
+//! costs about the same with 10 routes or 5,000.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -32,6 +33,14 @@ use std::time::Duration;
 /// matching `rand_core`).
 pub use rand_core::RngCore;
 
+use regex_automata::dfa::{Automaton, StartKind, dense};
+use regex_automata::nfa::thompson;
+use regex_automata::util::primitives::StateID;
+use regex_automata::util::{start, syntax};
+use regex_automata::{Anchored, MatchKind};
+use regex_syntax::hir::{Class, Hir, HirKind};
+
+use crate::DetHashMap;
 use crate::client::{Code, Status};
 use crate::dependency::XdsConfig;
 use crate::resource::route::{
@@ -124,20 +133,42 @@ impl HeaderValue<'_> {
     }
 }
 
+/// Whether header matchers can see the header `name` at all.
+///
+/// gRFC A28 (Picking): "only custom metadata is considered during header matching, unlike
+/// in Envoy, where all headers (including HTTP/2 pseudo-headers) are included", because
+/// the pick happens above the transport. In gRPC's HTTP/2 protocol (PROTOCOL-HTTP2.md) a
+/// request's headers are the call definition followed by custom metadata; the call
+/// definition is the pseudo-headers (`:method`, `:scheme`, `:path`, `:authority`), `te`,
+/// `grpc-timeout`, `content-type`, `grpc-message-type`, `grpc-encoding`,
+/// `grpc-accept-encoding` and `user-agent`, and the other `grpc-` names are reserved for
+/// gRPC, never custom metadata. Binary (`-bin`) custom metadata is left out too, as gRPC
+/// implementations do (C-core's `GetHeaderValue`, grpc-go's route matcher). The one
+/// call-definition header matchers do see is `content-type` ([`header_value`]).
+fn visible_to_matchers(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let binary = bytes.len() >= 4 && bytes[bytes.len() - 4..].eq_ignore_ascii_case(b"-bin");
+    let grpc = bytes.len() >= 5 && bytes[..5].eq_ignore_ascii_case(b"grpc-");
+    !(binary
+        || grpc
+        || bytes.first() == Some(&b':')
+        || name.eq_ignore_ascii_case("te")
+        || name.eq_ignore_ascii_case("user-agent"))
+}
+
 /// The value of header `name` as gRPC's route and hash-policy matchers see it:
-/// - binary headers (`-bin` suffix) are hidden: always absent;
-/// - `grpc-` headers are reserved for gRPC itself and hidden: always absent;
+/// - only custom metadata is visible (gRFC A28): pseudo-headers (`:authority`, ...), `te`,
+///   `user-agent` and `grpc-` headers (`grpc-timeout`, `grpc-encoding`, ...: gRPC's own)
+///   are always absent, whatever the metadata holds;
+/// - binary headers (`-bin` suffix) are always absent;
 /// - `content-type` is always `application/grpc`;
 /// - several values of one header are joined with `,` (no space).
 pub fn header_value<'a, M: Metadata + ?Sized>(metadata: &'a M, name: &str) -> HeaderValue<'a> {
-    let bytes = name.as_bytes();
-    let ends_bin = bytes.len() >= 4 && bytes[bytes.len() - 4..].eq_ignore_ascii_case(b"-bin");
-    let grpc = bytes.len() >= 5 && bytes[..5].eq_ignore_ascii_case(b"grpc-");
-    if ends_bin || grpc {
-        return HeaderValue::Absent;
-    }
     if name.eq_ignore_ascii_case("content-type") {
         return HeaderValue::One("application/grpc");
+    }
+    if !visible_to_matchers(name) {
+        return HeaderValue::Absent;
     }
     let mut value = HeaderValue::Absent;
     metadata.for_each_value(name, &mut |v| {
@@ -163,6 +194,32 @@ pub fn header_value<'a, M: Metadata + ?Sized>(metadata: &'a M, name: &str) -> He
 // ---------------------------------------------------------------------------------------
 // Matching
 // ---------------------------------------------------------------------------------------
+
+// The comparisons below never hand an empty slice to `memcmp`: the pointer of an empty
+// `String` or `Box<str>` is dangling (0x1), and glibc's AVX-512 `memcmp` reads short
+// inputs with a masked load whose fault suppression on an unmapped page costs over 100 ns
+// on some CPUs (AMD Zen 4) — more than a whole pick. Empty prefixes (the catch-all
+// `prefix: ""`) and empty header values are common.
+
+/// `s == t`.
+#[inline]
+fn str_eq(s: &str, t: &str) -> bool {
+    s.len() == t.len() && (s.is_empty() || s.as_bytes() == t.as_bytes())
+}
+
+/// `s.starts_with(prefix)`.
+#[inline]
+fn has_prefix(s: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || (s.len() >= prefix.len() && s.as_bytes()[..prefix.len()] == *prefix.as_bytes())
+}
+
+/// `s.ends_with(suffix)`.
+#[inline]
+fn has_suffix(s: &str, suffix: &str) -> bool {
+    suffix.is_empty()
+        || (s.len() >= suffix.len() && s.as_bytes()[s.len() - suffix.len()..] == *suffix.as_bytes())
+}
 
 fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
     s.len() >= prefix.len() && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
@@ -191,7 +248,7 @@ pub fn string_matches(matcher: &StringMatcher, value: &str) -> bool {
             if *ignore_case {
                 value.eq_ignore_ascii_case(v)
             } else {
-                value == v
+                str_eq(value, v)
             }
         }
         StringMatcher::Prefix {
@@ -201,7 +258,7 @@ pub fn string_matches(matcher: &StringMatcher, value: &str) -> bool {
             if *ignore_case {
                 starts_with_ignore_case(value, v)
             } else {
-                value.starts_with(v.as_str())
+                has_prefix(value, v)
             }
         }
         StringMatcher::Suffix {
@@ -211,7 +268,7 @@ pub fn string_matches(matcher: &StringMatcher, value: &str) -> bool {
             if *ignore_case {
                 ends_with_ignore_case(value, v)
             } else {
-                value.ends_with(v.as_str())
+                has_suffix(value, v)
             }
         }
         StringMatcher::Contains {
@@ -221,7 +278,7 @@ pub fn string_matches(matcher: &StringMatcher, value: &str) -> bool {
             if *ignore_case {
                 contains_ignore_case(value, v)
             } else {
-                value.contains(v.as_str())
+                v.is_empty() || value.contains(v.as_str())
             }
         }
         StringMatcher::SafeRegex(r) => r.is_match(value),
@@ -252,14 +309,14 @@ pub fn path_matches(matcher: &PathMatcher, case_sensitive: bool, path: &str) -> 
     match matcher {
         PathMatcher::Prefix(p) => {
             if case_sensitive {
-                path.starts_with(p.as_str())
+                has_prefix(path, p)
             } else {
                 starts_with_ignore_case(path, p)
             }
         }
         PathMatcher::Path(p) => {
             if case_sensitive {
-                path == p
+                str_eq(path, p)
             } else {
                 path.eq_ignore_ascii_case(p)
             }
@@ -364,53 +421,15 @@ pub fn effective_timeout(
 // The indexed route table
 // ---------------------------------------------------------------------------------------
 
-/// An FxHash-style hasher for route keys. The keys come from the control plane and the
-/// probes from the channel's own RPCs, so no untrusted peer chooses either.
-#[derive(Clone, Copy, Default)]
-struct FastHasher(u64);
-
-impl FastHasher {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.add(u64::from(byte));
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
-
 /// `/svc/rest` → `/svc/` when `svc` is non-empty: the service part of a gRPC path.
 fn service_key(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix('/')?;
-    match rest.find('/') {
-        Some(i) if i > 0 => Some(&path[..i + 2]),
-        _ => None,
+    let bytes = path.as_bytes();
+    if bytes.first() != Some(&b'/') {
+        return None;
     }
+    // A plain loop: the service is a few dozen bytes, shorter than `memchr`'s set-up.
+    let slash = bytes[1..].iter().position(|&b| b == b'/')?;
+    (slash > 0).then(|| &path[..slash + 2])
 }
 
 /// A literal every full match of `pattern` starts with: the pattern's leading plain
@@ -449,6 +468,241 @@ fn regex_literal_prefix(pattern: &str) -> String {
     out
 }
 
+/// The most patterns one [`RegexGroup`] holds (at most 64: its matches are reported as
+/// a `u64` mask). Small groups keep determinization cheap; a lookup that reaches several
+/// groups reads the path backwards once per group, usually for a few bytes.
+const GROUP_PATTERNS: usize = 16;
+
+/// The size limit of one group's DFA (and of its determinization and NFA).
+const GROUP_DFA_LIMIT: usize = 64 << 10;
+
+/// The total size of the groups' DFAs: regexes that no longer fit are run on their own.
+const TOTAL_DFA_LIMIT: usize = 1 << 20;
+
+/// The longest precomputed candidate list of an exact path (see [`RouteTable`]); a path
+/// with more conditional candidates than this is looked up through the buckets.
+const MAX_MEMO: usize = 8;
+
+/// Regexes of the scan list compiled together into one anchored, fully determinized DFA
+/// that reports, in one pass over the path, which of them match the whole path. The DFA
+/// needs no per-search cache, so lookups stay `&self`, lock-free and allocation-free.
+///
+/// The DFA reads the path backwards, from its end: scanned regexes are the ones without
+/// a literal start (`.*/Debug`, `.*Health.*`), so their literal parts, if any, come
+/// later, and a path that cannot match usually dies on its last bytes.
+#[derive(Clone)]
+struct RegexGroup {
+    dfa: dense::DFA<Vec<u32>>,
+    start: StateID,
+}
+
+impl fmt::Debug for RegexGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegexGroup")
+            .field("patterns", &self.dfa.pattern_len())
+            .field("bytes", &self.dfa.memory_usage())
+            .finish()
+    }
+}
+
+impl RegexGroup {
+    /// The group of `patterns` (full-match regexes, as the route validation accepted
+    /// them), or `None` when the DFA cannot be built within the size limit or at all
+    /// (e.g. Unicode word boundaries).
+    fn build(patterns: &[&str]) -> Option<RegexGroup> {
+        if patterns.is_empty() || patterns.len() > GROUP_PATTERNS {
+            return None;
+        }
+        // The syntax defaults are the `regex` crate's (Unicode, UTF-8, no flags), with
+        // which the route validation compiled the same patterns. The NFA is reversed;
+        // every search starts anchored at the path's end, and the state after the start of
+        // the path (the reversed input's end) reports the patterns whose match reaches
+        // it: the ones that match the whole path.
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::DFA::config()
+                    .match_kind(MatchKind::All)
+                    .start_kind(StartKind::Anchored)
+                    .minimize(false)
+                    .dfa_size_limit(Some(GROUP_DFA_LIMIT))
+                    .determinize_size_limit(Some(GROUP_DFA_LIMIT)),
+            )
+            .syntax(syntax::Config::new())
+            .thompson(
+                thompson::Config::new()
+                    .reverse(true)
+                    .nfa_size_limit(Some(GROUP_DFA_LIMIT)),
+            )
+            .build_many(patterns)
+            .ok()?;
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .ok()?;
+        Some(RegexGroup { dfa, start })
+    }
+
+    /// Bit `i` is set when pattern `i` matches the whole of `path`; `None` if the DFA
+    /// gave up (a quit state, which the configuration does not produce).
+    fn matches(&self, path: &str) -> Option<u64> {
+        let dfa = &self.dfa;
+        let mut state = self.start;
+        for &byte in path.as_bytes().iter().rev() {
+            state = dfa.next_state(state, byte);
+            if dfa.is_special_state(state) {
+                if dfa.is_dead_state(state) {
+                    return Some(0);
+                }
+                if dfa.is_quit_state(state) {
+                    return None;
+                }
+            }
+        }
+        state = dfa.next_eoi_state(state);
+        if !dfa.is_match_state(state) {
+            return if dfa.is_quit_state(state) {
+                None
+            } else {
+                Some(0)
+            };
+        }
+        let mut mask = 0u64;
+        for i in 0..dfa.match_len(state) {
+            mask |= 1u64 << (dfa.match_pattern(state, i).as_usize() % GROUP_PATTERNS);
+        }
+        Some(mask)
+    }
+}
+
+/// The most scanned regexes that go into groups (the first ones, which the most lookups
+/// reach), and the most group DFAs a table tries to build (a group too big for the limit
+/// is split in halves). Determinizing many unanchored regexes together can blow up; these
+/// bound the work a table of hundreds of them costs to build. The other regexes run on
+/// their own.
+const MAX_GROUPED: usize = 64;
+const MAX_GROUP_BUILDS: usize = 12;
+
+/// The most ranges a Unicode class of a grouped regex may have. `.` and small negated
+/// classes (`[^/]`) have a few; `\w` or `\pL` have hundreds, whose UTF-8 automata make
+/// determinization slow (100 ms for `\w` alone) and the DFA large.
+const MAX_CLASS_RANGES: usize = 32;
+
+/// Whether `pattern` goes into a DFA group: a DFA can be built for it (no Unicode word
+/// boundaries) and cheaply (no large Unicode classes). Others run on their own.
+fn dfa_friendly(pattern: &str) -> bool {
+    fn small(hir: &Hir) -> bool {
+        match hir.kind() {
+            HirKind::Class(Class::Unicode(class)) => class.ranges().len() <= MAX_CLASS_RANGES,
+            HirKind::Repetition(r) => small(&r.sub),
+            HirKind::Capture(c) => small(&c.sub),
+            HirKind::Concat(subs) | HirKind::Alternation(subs) => subs.iter().all(small),
+            _ => true,
+        }
+    }
+    syntax::parse(pattern)
+        .is_ok_and(|hir| !hir.properties().look_set().contains_word_unicode() && small(&hir))
+}
+
+/// The groups of the scanned regexes `patterns` (route position, pattern; in route
+/// order), and the routes they hold as (route, group, bit). A group is at most
+/// [`GROUP_PATTERNS`] consecutive regexes; one whose DFA does not fit the limits is split
+/// in halves, and regexes left out run on their own. Groups hold ascending routes, so a
+/// lookup meets them in order.
+fn build_groups(patterns: &[(usize, &str)]) -> (Vec<RegexGroup>, Vec<(usize, u32, u32)>) {
+    struct Builder {
+        groups: Vec<RegexGroup>,
+        assigned: Vec<(usize, u32, u32)>,
+        bytes: usize,
+        builds: usize,
+    }
+    impl Builder {
+        fn add(&mut self, chunk: &[(usize, &str)]) {
+            if chunk.is_empty() || self.builds == 0 {
+                return;
+            }
+            self.builds -= 1;
+            let patterns: Vec<&str> = chunk.iter().map(|&(_, p)| p).collect();
+            match RegexGroup::build(&patterns) {
+                Some(group) if group.dfa.memory_usage() <= self.bytes => {
+                    self.bytes -= group.dfa.memory_usage();
+                    let id = u32::try_from(self.groups.len()).unwrap_or(u32::MAX);
+                    for (bit, &(route, _)) in chunk.iter().enumerate() {
+                        self.assigned
+                            .push((route, id, u32::try_from(bit).unwrap_or(u32::MAX)));
+                    }
+                    self.groups.push(group);
+                    return;
+                }
+                _ => {}
+            }
+            if chunk.len() > 1 {
+                let (first, second) = chunk.split_at(chunk.len() / 2);
+                self.add(first);
+                self.add(second);
+            }
+        }
+    }
+    let compatible: Vec<(usize, &str)> = patterns
+        .iter()
+        .copied()
+        .filter(|&(_, p)| dfa_friendly(p))
+        .take(MAX_GROUPED)
+        .collect();
+    let mut builder = Builder {
+        groups: Vec::new(),
+        assigned: Vec::new(),
+        bytes: TOTAL_DFA_LIMIT,
+        builds: MAX_GROUP_BUILDS,
+    };
+    for chunk in compatible.chunks(GROUP_PATTERNS) {
+        builder.add(chunk);
+    }
+    (builder.groups, builder.assigned)
+}
+
+/// How a lookup checks a candidate route's path matcher.
+#[derive(Clone, Debug)]
+enum PathCheck {
+    /// A case-sensitive `path`: it is only reached through the path's own exact bucket.
+    Exact,
+    /// A case-sensitive `prefix`.
+    Prefix(Box<str>),
+    /// A regex run on its own, on paths that start with its literal start.
+    Regex(Box<str>),
+    /// A regex of a [`RegexGroup`]: bit `bit` of the group's mask.
+    Grouped { group: u32, bit: u32 },
+    /// A case-insensitive matcher: [`path_matches`].
+    Other,
+}
+
+/// A candidate list: a range of [`RouteTable::lists`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// Appends `list` to `lists`.
+fn push_span(lists: &mut Vec<u32>, list: &[u32]) -> Span {
+    let start = u32::try_from(lists.len()).unwrap_or(u32::MAX);
+    lists.extend_from_slice(list);
+    Span {
+        start,
+        len: u32::try_from(list.len()).unwrap_or(0),
+    }
+}
+
+/// What the exact-path map holds for one path.
+#[derive(Clone, Copy, Debug)]
+struct ExactEntry {
+    /// The routes whose matcher is this path (case-sensitively).
+    bucket: Span,
+    /// Every route whose path matcher matches this path, in order, up to and including
+    /// the first one without header matchers or `runtime_fraction`: the RPC goes to the
+    /// first of them whose headers (and fraction draw) match. `None` when that list would
+    /// be longer than [`MAX_MEMO`].
+    memo: Option<Span>,
+}
+
 /// How many routes of a [`RouteTable`] each lookup structure holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouteTableStats {
@@ -457,9 +711,14 @@ pub struct RouteTableStats {
     /// Routes found through the service map: prefixes and regexes whose literal start
     /// holds a whole service.
     pub service: usize,
-    /// Routes checked on every lookup (other regexes, case-insensitive matchers, prefixes
-    /// shorter than a service such as `""` or `/`).
+    /// Routes checked on every lookup that reaches them (other regexes, case-insensitive
+    /// matchers, prefixes shorter than a service such as `""` or `/`).
     pub scanned: usize,
+    /// Scanned regexes evaluated together through multi-pattern DFAs (one pass over the
+    /// path per group of up to 64), rather than one by one.
+    pub grouped_regexes: usize,
+    /// Exact paths whose whole candidate list is precomputed.
+    pub memoized_paths: usize,
 }
 
 /// A route list compiled for first-match lookups.
@@ -467,63 +726,130 @@ pub struct RouteTableStats {
 /// Case-sensitive `path` matchers are indexed by the exact path; case-sensitive `prefix`
 /// matchers that contain a whole service (`/pkg.Service/`, `/pkg.Service/Meth`) are
 /// indexed by that service, and so are `safe_regex` matchers whose literal start holds a
-/// whole service (`/pkg\.Service/.*`). A lookup visits, in ascending route position, the
-/// routes of the path's exact bucket, of its service bucket and of the scan list, and
-/// stops at the first that matches: the same answer as a linear scan, with the same
-/// draws from the random source. Regexes are only run on paths that start with their
-/// literal start.
+/// whole service (`/pkg\.Service/.*`). Everything else is on the scan list; its regexes
+/// are compiled together into multi-pattern DFAs that tell, in one pass over the path,
+/// which of them match.
+///
+/// A lookup visits, in ascending route position, the routes of the path's exact bucket,
+/// of its service bucket and of the scan list, and stops at the first that matches: the
+/// same answer as a linear scan, with the same draws from the random source. For every
+/// exact path of the table that walk is done once when the table is built, as far as the
+/// path alone decides it: the lookup of such a path is one hash probe and a check of the
+/// header matchers (and fraction) of the few routes left.
 #[derive(Clone, Debug)]
 pub struct RouteTable {
     matchers: Vec<RouteMatch>,
-    /// Per route: a literal the path must start with to possibly match (regexes only).
-    literals: Vec<Box<str>>,
-    exact: FastMap<Box<str>, Box<[u32]>>,
-    service: FastMap<Box<str>, Box<[u32]>>,
-    scan: Box<[u32]>,
+    /// Per route: how a lookup checks its path matcher.
+    checks: Box<[PathCheck]>,
+    exact: DetHashMap<Box<str>, ExactEntry>,
+    service: DetHashMap<Box<str>, Span>,
+    scan: Span,
+    /// The candidate lists the spans refer to.
+    lists: Box<[u32]>,
+    groups: Box<[RegexGroup]>,
 }
+
+/// The mask of the last regex group a lookup evaluated (each is computed when first
+/// needed; a lookup meets the groups in ascending order, so the last one is enough).
+type GroupCache = Option<(u32, Option<u64>)>;
 
 impl RouteTable {
     /// Compiles route matchers, in route order.
     pub fn new<'a>(matchers: impl IntoIterator<Item = &'a RouteMatch>) -> RouteTable {
         let matchers: Vec<RouteMatch> = matchers.into_iter().cloned().collect();
-        let mut exact: FastMap<Box<str>, Vec<u32>> = FastMap::default();
-        let mut service: FastMap<Box<str>, Vec<u32>> = FastMap::default();
+        let mut exact: DetHashMap<Box<str>, Vec<u32>> = DetHashMap::default();
+        let mut service: DetHashMap<Box<str>, Vec<u32>> = DetHashMap::default();
         let mut scan = Vec::new();
-        let mut literals = Vec::with_capacity(matchers.len());
+        let mut checks = Vec::with_capacity(matchers.len());
+        let mut scanned_regexes: Vec<(usize, &str)> = Vec::new();
         for (i, m) in matchers.iter().enumerate() {
             let pos = u32::try_from(i).unwrap_or(u32::MAX);
-            let literal = match &m.path {
-                PathMatcher::SafeRegex(r) => regex_literal_prefix(r.pattern()),
-                _ => String::new(),
-            };
-            match (&m.path, m.case_sensitive) {
+            let check = match (&m.path, m.case_sensitive) {
                 (PathMatcher::Path(p), true) => {
-                    exact.entry(p.as_str().into()).or_default().push(pos)
+                    exact.entry(p.as_str().into()).or_default().push(pos);
+                    PathCheck::Exact
                 }
-                (PathMatcher::Prefix(p), true) => match service_key(p) {
-                    Some(key) => service.entry(key.into()).or_default().push(pos),
-                    None => scan.push(pos),
-                },
-                (PathMatcher::SafeRegex(_), _) => match service_key(&literal) {
-                    Some(key) => service.entry(key.into()).or_default().push(pos),
-                    None => scan.push(pos),
-                },
-                _ => scan.push(pos),
+                (PathMatcher::Prefix(p), true) => {
+                    match service_key(p) {
+                        Some(key) => service.entry(key.into()).or_default().push(pos),
+                        None => scan.push(pos),
+                    }
+                    PathCheck::Prefix(p.as_str().into())
+                }
+                (PathMatcher::SafeRegex(r), _) => {
+                    let literal = regex_literal_prefix(r.pattern());
+                    match service_key(&literal) {
+                        Some(key) => service.entry(key.into()).or_default().push(pos),
+                        None => {
+                            scan.push(pos);
+                            scanned_regexes.push((i, r.pattern()));
+                        }
+                    }
+                    PathCheck::Regex(literal.into_boxed_str())
+                }
+                _ => {
+                    scan.push(pos);
+                    PathCheck::Other
+                }
+            };
+            checks.push(check);
+        }
+
+        // The scanned regexes, in route order, go into groups.
+        let (groups, assigned) = build_groups(&scanned_regexes);
+        for (route, group, bit) in assigned {
+            if let Some(check) = checks.get_mut(route) {
+                *check = PathCheck::Grouped { group, bit };
             }
-            literals.push(literal.into_boxed_str());
         }
-        let freeze = |m: FastMap<Box<str>, Vec<u32>>| -> FastMap<Box<str>, Box<[u32]>> {
-            m.into_iter()
-                .map(|(k, v)| (k, v.into_boxed_slice()))
-                .collect()
-        };
-        RouteTable {
+
+        let mut lists: Vec<u32> = Vec::new();
+        let scan = push_span(&mut lists, &scan);
+        let service: DetHashMap<Box<str>, Span> = service
+            .into_iter()
+            .map(|(k, v)| (k, push_span(&mut lists, &v)))
+            .collect();
+        let buckets: Vec<(Box<str>, Span)> = exact
+            .into_iter()
+            .map(|(k, v)| (k, push_span(&mut lists, &v)))
+            .collect();
+        let mut table = RouteTable {
             matchers,
-            literals,
-            exact: freeze(exact),
-            service: freeze(service),
-            scan: scan.into_boxed_slice(),
+            checks: checks.into_boxed_slice(),
+            exact: DetHashMap::default(),
+            service,
+            scan,
+            lists: lists.into_boxed_slice(),
+            groups: groups.into_boxed_slice(),
+        };
+
+        // The precomputed candidate lists of the exact paths.
+        let mut lists = table.lists.to_vec();
+        let mut exact = DetHashMap::default();
+        exact.reserve(buckets.len());
+        let mut candidates: Vec<u32> = Vec::with_capacity(MAX_MEMO + 1);
+        for (path, bucket) in buckets {
+            candidates.clear();
+            table.walk(&path, table.span(bucket), |pos| {
+                candidates.push(u32::try_from(pos).unwrap_or(u32::MAX));
+                let conditional = table.matchers.get(pos).is_none_or(|m| {
+                    !m.headers.is_empty() || m.runtime_fraction_per_million.is_some()
+                });
+                !conditional || candidates.len() > MAX_MEMO
+            });
+            let memo = (candidates.len() <= MAX_MEMO).then(|| push_span(&mut lists, &candidates));
+            exact.insert(path, ExactEntry { bucket, memo });
         }
+        table.exact = exact;
+        table.lists = lists.into_boxed_slice();
+        table
+    }
+
+    fn span(&self, span: Span) -> &[u32] {
+        let start = span.start as usize;
+        self.lists
+            .get(start..start + span.len as usize)
+            .unwrap_or(&[])
     }
 
     /// The number of routes.
@@ -544,26 +870,73 @@ impl RouteTable {
     /// How the routes are split between the lookup structures.
     pub fn stats(&self) -> RouteTableStats {
         RouteTableStats {
-            exact: self.exact.values().map(|v| v.len()).sum(),
-            service: self.service.values().map(|v| v.len()).sum(),
-            scanned: self.scan.len(),
+            exact: self.exact.values().map(|e| e.bucket.len as usize).sum(),
+            service: self.service.values().map(|s| s.len as usize).sum(),
+            scanned: self.scan.len as usize,
+            grouped_regexes: self
+                .checks
+                .iter()
+                .filter(|c| matches!(c, PathCheck::Grouped { .. }))
+                .count(),
+            memoized_paths: self.exact.values().filter(|e| e.memo.is_some()).count(),
         }
     }
 
-    /// The position of the first route that matches the RPC, if any.
-    pub fn first_match<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+    /// Whether route `pos`'s path matcher matches `path`, as [`path_matches`] says.
+    fn matcher_matches(&self, pos: usize, path: &str) -> bool {
+        self.matchers
+            .get(pos)
+            .is_some_and(|m| path_matches(&m.path, m.case_sensitive, path))
+    }
+
+    /// Whether route `pos`'s path matcher matches `path` (`pos` comes from one of the
+    /// path's own lists).
+    fn path_matches_at(&self, pos: usize, path: &str, cache: &mut GroupCache) -> bool {
+        match self.checks.get(pos) {
+            Some(PathCheck::Exact) => true,
+            Some(PathCheck::Prefix(p)) => has_prefix(path, p),
+            Some(PathCheck::Regex(literal)) => {
+                has_prefix(path, literal) && self.matcher_matches(pos, path)
+            }
+            Some(&PathCheck::Grouped { group, bit }) => {
+                let mask = match *cache {
+                    Some((g, mask)) if g == group => mask,
+                    _ => {
+                        let mask = self
+                            .groups
+                            .get(group as usize)
+                            .and_then(|g| g.matches(path));
+                        *cache = Some((group, mask));
+                        mask
+                    }
+                };
+                match mask {
+                    Some(mask) => (mask >> bit) & 1 == 1,
+                    // The DFA gave up (as configured, it never does): run the regex.
+                    None => self.matcher_matches(pos, path),
+                }
+            }
+            Some(PathCheck::Other) => self.matcher_matches(pos, path),
+            None => false,
+        }
+    }
+
+    /// Calls `accept` with every route whose path matcher matches `path`, in ascending
+    /// position (the routes of `exact`, of the path's service bucket and of the scan
+    /// list), until it returns true; returns that route.
+    fn walk(
         &self,
         path: &str,
-        metadata: &M,
-        rng: &mut R,
+        exact: &[u32],
+        mut accept: impl FnMut(usize) -> bool,
     ) -> Option<usize> {
-        const NONE: &[u32] = &[];
-        let exact: &[u32] = self.exact.get(path).map_or(NONE, |v| v);
-        let service: &[u32] = service_key(path)
-            .and_then(|k| self.service.get(k))
-            .map_or(NONE, |v| v);
-        let lists = [exact, service, &self.scan[..]];
+        let service: &[u32] = match service_key(path).and_then(|k| self.service.get(k)) {
+            Some(&s) => self.span(s),
+            None => &[],
+        };
+        let lists = [exact, service, self.span(self.scan)];
         let mut cursors = [0usize; 3];
+        let mut cache: GroupCache = None;
         loop {
             let mut next: Option<(u32, usize)> = None;
             for (list, (items, &cursor)) in lists.iter().zip(cursors.iter()).enumerate() {
@@ -576,16 +949,48 @@ impl RouteTable {
             let (pos, list) = next?;
             cursors[list] += 1;
             let i = pos as usize;
-            let possible = self.literals.get(i).is_none_or(|l| path.starts_with(&**l));
-            if possible
-                && self
-                    .matchers
-                    .get(i)
-                    .is_some_and(|m| route_matches(m, path, metadata, rng))
-            {
+            if self.path_matches_at(i, path, &mut cache) && accept(i) {
                 return Some(i);
             }
         }
+    }
+
+    /// Whether route `pos`'s header matchers and `runtime_fraction` let the RPC through
+    /// (its path matcher having matched), drawing from `rng` as [`route_matches`] does.
+    fn conditions_hold<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+        &self,
+        pos: usize,
+        metadata: &M,
+        rng: &mut R,
+    ) -> bool {
+        self.matchers.get(pos).is_some_and(|m| {
+            m.headers.iter().all(|h| header_matches(h, metadata))
+                && m.runtime_fraction_per_million
+                    .is_none_or(|f| under_fraction(f, rng))
+        })
+    }
+
+    /// The position of the first route that matches the RPC, if any.
+    pub fn first_match<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+        &self,
+        path: &str,
+        metadata: &M,
+        rng: &mut R,
+    ) -> Option<usize> {
+        let bucket: &[u32] = match self.exact.get(path) {
+            Some(&ExactEntry {
+                memo: Some(memo), ..
+            }) => {
+                return self
+                    .span(memo)
+                    .iter()
+                    .map(|&pos| pos as usize)
+                    .find(|&pos| self.conditions_hold(pos, metadata, rng));
+            }
+            Some(&ExactEntry { bucket, memo: None }) => self.span(bucket),
+            None => &[],
+        };
+        self.walk(path, bucket, |pos| self.conditions_hold(pos, metadata, rng))
     }
 }
 
@@ -1003,7 +1408,7 @@ impl ConfigSelector {
         registry: &mut ClusterRegistry,
         cluster_error: impl Fn(&str) -> Option<Status>,
     ) -> ConfigSelector {
-        let mut targets: FastMap<String, Target> = FastMap::default();
+        let mut targets: DetHashMap<String, Target> = DetHashMap::default();
         let mut target = |child: ClusterChild, error: Option<Status>| -> Target {
             let key = child.child_name();
             targets
