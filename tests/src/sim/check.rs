@@ -40,7 +40,19 @@
 //!   the future (`poll-timeout-in-future`); no timer while nothing is watched
 //!   (`no-timer-without-watch`); events for stale streams change nothing
 //!   (`stale-event-ignored`); ids are never reused (`ids-never-reused`).
-//! - A71 fallback: not checked yet; see [`CheckedClient::check_fallback`].
+//! - A71 fallback (per authority; servers with identical configs are one server, a
+//!   server listed twice counts once): a lower-priority server is put in use (its
+//!   stream started, or the authority's names requested on it) only while every
+//!   higher-priority server has a connectivity failure (a `ConnectivityFailure`, or a
+//!   stream closed before any response) not cleared by a later response from it
+//!   (`fallback-needs-failure`), and only while some watched resource of the authority
+//!   is uncached: no watcher of it holds a value or does-not-exist
+//!   (`fallback-needs-uncached`); once a higher-priority server responds, the servers
+//!   below it stop serving the authority in that step: its names leave their
+//!   subscriptions (at once, or in the next request when one is outstanding) and a
+//!   stream nothing else needs is closed (`switch-back-on-response`); a response
+//!   reaches the authority's watchers only from a server it has in use
+//!   (`updates-only-from-server-in-use`). See [`CheckedClient::check_fallback`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -103,6 +115,8 @@ pub struct WatcherState {
     pub type_url: &'static str,
     /// The watched name.
     pub name: String,
+    /// The name's authority (`None` for a name that is not `xdstp://`).
+    pub authority: Option<String>,
     /// The servers of the name's authority, in fallback order.
     pub servers: Vec<ServerConfig>,
     /// The last `Changed` it received: its current value or error; `None` before any.
@@ -146,6 +160,35 @@ struct ServerModel {
     closed_at: Instant,
 }
 
+/// What the checker knows about one authority's fallback (A71).
+#[derive(Clone, Debug, Default)]
+struct AuthorityModel {
+    /// The authority's servers, highest priority first, each once (the client shares
+    /// one server among identical configs).
+    servers: Vec<ServerConfig>,
+    /// How many of them, a prefix, the client may have in use: the primary while the
+    /// authority has watchers, and each next one once every server before it has failed
+    /// while a watched resource of the authority was uncached. A superset of what the
+    /// client uses: it grows at the end of any step where the conditions hold, and
+    /// shrinks only where the client must stop using a server (a response from a
+    /// higher-priority one, its channel dropped, the authority's last watch cancelled).
+    allowed: usize,
+    /// Positions taken out of use by a response from a higher-priority server, and the
+    /// server that answered, until allowed again (to name the rule a later use breaks).
+    cut: BTreeMap<usize, String>,
+}
+
+/// What one step did that the fallback rules look at after it.
+#[derive(Clone, Debug, Default)]
+struct FallbackStep {
+    /// Requests emitted: stream, server, type and names.
+    requests: Vec<(StreamId, ServerId, String, Vec<String>)>,
+    /// Servers whose stream started.
+    started: BTreeSet<ServerId>,
+    /// Positions of authorities taken out of use by this step's response.
+    cut: BTreeSet<(Option<String>, usize)>,
+}
+
 /// Why the current input was made, for the rules that depend on it.
 enum Ctx {
     Watch {
@@ -186,6 +229,12 @@ pub struct CheckedClient {
     servers: BTreeMap<ServerId, ServerModel>,
     watchers: BTreeMap<WatcherId, WatcherState>,
     cancelled: BTreeSet<WatcherId>,
+    /// A71: each authority's fallback state, by authority (`None`: old-style names).
+    authorities: BTreeMap<Option<String>, AuthorityModel>,
+    /// Servers with a connectivity failure not cleared by a later response (nor by
+    /// dropping their channel), by id, also for ids not seen started.
+    failed: BTreeSet<ServerId>,
+    step: FallbackStep,
     max_stream: u64,
     max_watcher: u64,
     now: Instant,
@@ -221,6 +270,12 @@ fn describe(event: &WatchEvent) -> String {
     }
 }
 
+/// The authority of `name`: `None` for a name that is not `xdstp://`.
+pub fn authority_of(name: &str) -> Option<String> {
+    name.strip_prefix("xdstp://")
+        .map(|rest| rest.split('/').next().unwrap_or("").to_string())
+}
+
 /// The servers that serve `name`, in fallback order, as the bootstrap says.
 pub fn servers_for_name(bootstrap: &Bootstrap, name: &str) -> Vec<ServerConfig> {
     let authority = name
@@ -249,6 +304,9 @@ impl CheckedClient {
             servers: BTreeMap::new(),
             watchers: BTreeMap::new(),
             cancelled: BTreeSet::new(),
+            authorities: BTreeMap::new(),
+            failed: BTreeSet::new(),
+            step: FallbackStep::default(),
             max_stream: 0,
             max_watcher: 0,
             now: Instant::ZERO,
@@ -345,6 +403,7 @@ impl CheckedClient {
                     WatcherState {
                         type_url: canonical,
                         name: name.to_string(),
+                        authority: authority_of(name),
                         servers,
                         held: None,
                     },
@@ -432,6 +491,10 @@ impl CheckedClient {
             | Event::StreamClosed { stream, .. } => Some(*stream),
             Event::ConnectivityFailure { .. } => None,
         };
+        if let Event::ConnectivityFailure { server, .. } = &event {
+            // The client records it on any server it knows, started or not.
+            self.failed.insert(*server);
+        }
         let live = stream.filter(|s| self.streams.get(s).is_some_and(|m| m.alive));
         let stale = match &event {
             Event::ConnectivityFailure { server, .. } => !self.servers.contains_key(server),
@@ -470,6 +533,7 @@ impl CheckedClient {
                 } else {
                     sm.failures += 1;
                     sm.closed_at = now;
+                    self.failed.insert(server);
                 }
                 Ctx::Closed {
                     server,
@@ -654,6 +718,7 @@ impl CheckedClient {
             } else {
                 sm.failures += 1;
                 sm.closed_at = now;
+                self.failed.insert(server);
             }
             return Ctx::Closed {
                 server,
@@ -662,6 +727,10 @@ impl CheckedClient {
         };
         s.connected_since.get_or_insert(now);
         s.saw_response = true;
+        // Any decodable response on a live stream, even of a type not requested, shows
+        // the server healthy: the client switches back to it (A71).
+        self.failed.remove(&server);
+        self.switch_back(server);
         let sm = self.servers.get_mut(&server).expect("server");
         sm.failures = 0;
         let features = sm.config.server_features;
@@ -850,6 +919,7 @@ impl CheckedClient {
         }
         sm.current = Some(stream);
         sm.in_use = true;
+        self.step.started.insert(server);
         self.streams.insert(
             stream,
             StreamModel {
@@ -932,6 +1002,12 @@ impl CheckedClient {
         let sorted = req.resource_names.windows(2).all(|p| p[0] < p[1]);
         let names: BTreeSet<&str> = req.resource_names.iter().map(String::as_str).collect();
         let names_ok = sorted && must.is_subset(&names) && names.is_subset(&may);
+        self.step.requests.push((
+            stream,
+            server,
+            req.type_url.clone(),
+            req.resource_names.clone(),
+        ));
         let expected = format!("all of {must:?}, within {may:?}, sorted, no duplicates");
         let s = self.streams.get_mut(&stream).expect("live");
         s.requests += 1;
@@ -1042,6 +1118,14 @@ impl CheckedClient {
         sm.accepted.clear();
         sm.failures = 0;
         sm.in_use = false;
+        // A dropped channel forgets its failure, and no authority has it in use (nor,
+        // the in-use servers being a prefix, any server after it).
+        self.failed.remove(&server);
+        for a in self.authorities.values_mut() {
+            if let Some(pos) = a.servers.iter().position(|c| *c == *config) {
+                a.allowed = a.allowed.min(pos);
+            }
+        }
         Ok(())
     }
 
@@ -1081,6 +1165,32 @@ impl CheckedClient {
                 describe(&n.event)
             )
         };
+        if let Ctx::Response { server, .. } = ctx {
+            let none = AuthorityModel::default();
+            let a = self.authorities.get(&w.authority).unwrap_or(&none);
+            let pos = a.servers.iter().position(|c| *c == **server);
+            if pos.is_none_or(|p| p >= a.allowed) {
+                return Err(violation(
+                    "updates-only-from-server-in-use",
+                    now,
+                    format!(
+                        "{} by a response from {} ({}), which authority {:?} does not have in \
+                         use (it may use {:?})",
+                        what(),
+                        server.server_uri,
+                        match pos {
+                            Some(p) => format!("its server #{p}"),
+                            None => "not one of its servers".to_string(),
+                        },
+                        w.authority,
+                        a.servers[..a.allowed]
+                            .iter()
+                            .map(|c| c.server_uri.as_str())
+                            .collect::<Vec<_>>()
+                    ),
+                ));
+            }
+        }
         let fail_on_data_errors = w
             .servers
             .first()
@@ -1506,18 +1616,242 @@ impl CheckedClient {
         self.check_fallback(now)
     }
 
-    /// HOOK (A71 fallback, not checked yet): the client may put a lower-priority server
-    /// of an authority in use only when (1) the server in use had a connectivity failure
-    /// in the A57 sense (TRANSIENT_FAILURE, or its stream closed before any response)
-    /// and (2) some watcher of that authority's resources holds neither a value nor
-    /// does-not-exist; and it must drop the lower-priority servers once a higher-priority
-    /// one delivers a response. The rules above already accept any server of a name's
-    /// authority (`request-names-are-subscription`, `stream-has-reason`,
-    /// `connectivity-reported`), and the simulator's liveness phase checks that watchers
-    /// end up with the primary's data; the two conditions are to be checked here, from
-    /// the `StartStream` of a server that is not its authority's first.
-    pub fn check_fallback(&self, now: Instant) -> Result<(), Violation> {
-        let _ = now;
+    /// A response from `server`: every authority that lists it stops using the servers
+    /// after it (A71). Sound whether or not the authority had it in use: the client's
+    /// servers in use are a prefix of the list, so any below it are dropped.
+    fn switch_back(&mut self, server: ServerId) {
+        let config = self.servers[&server].config.clone();
+        for (key, a) in &mut self.authorities {
+            let Some(pos) = a.servers.iter().position(|c| *c == *config) else {
+                continue;
+            };
+            for k in pos + 1..a.allowed {
+                a.cut.insert(k, config.server_uri.clone());
+                self.step.cut.insert((key.clone(), k));
+            }
+            a.allowed = a.allowed.min(pos + 1);
+        }
+    }
+
+    fn server_id_of(&self, config: &ServerConfig) -> Option<ServerId> {
+        self.servers
+            .iter()
+            .find(|(_, s)| *s.config == *config)
+            .map(|(id, _)| *id)
+    }
+
+    /// The first server before position `k` of authority `a` without a standing
+    /// connectivity failure, if any.
+    fn unfailed_before(&self, a: &AuthorityModel, k: usize) -> Option<String> {
+        a.servers[..k]
+            .iter()
+            .find(|c| {
+                self.server_id_of(c)
+                    .is_none_or(|id| !self.failed.contains(&id))
+            })
+            .map(|c| c.server_uri.clone())
+    }
+
+    /// Whether some watched resource of `authority` is uncached in the A71 sense: no
+    /// watcher of it holds a value or does-not-exist.
+    fn has_uncached(&self, authority: &Option<String>) -> bool {
+        let mut cached: BTreeMap<(&str, &str), bool> = BTreeMap::new();
+        for w in self.watchers.values().filter(|w| w.authority == *authority) {
+            let holds = match &w.held {
+                Some(Ok(_)) => true,
+                Some(Err(e)) => e.kind == ErrorKind::DoesNotExist,
+                None => false,
+            };
+            *cached.entry((w.type_url, w.name.as_str())).or_default() |= holds;
+        }
+        cached.values().any(|c| !c)
+    }
+
+    /// The rule that the use of server #`k` of `authority` (beyond what it may use)
+    /// breaks, and why.
+    fn fallback_violation(
+        &self,
+        now: Instant,
+        authority: &Option<String>,
+        k: usize,
+        what: String,
+    ) -> Violation {
+        let a = &self.authorities[authority];
+        let uri = &a.servers[k].server_uri;
+        let unfailed = self.unfailed_before(a, k);
+        if let (Some(by), Some(_)) = (a.cut.get(&k), &unfailed) {
+            return violation(
+                "switch-back-on-response",
+                now,
+                format!(
+                    "{what}: {uri} (server #{k} of authority {authority:?}) stopped serving it \
+                     when {by} responded, and it may not fall back again since"
+                ),
+            );
+        }
+        match unfailed {
+            Some(up) => violation(
+                "fallback-needs-failure",
+                now,
+                format!(
+                    "{what}: {uri} is server #{k} of authority {authority:?}, and the \
+                     higher-priority {up} has no connectivity failure standing"
+                ),
+            ),
+            None => violation(
+                "fallback-needs-uncached",
+                now,
+                format!(
+                    "{what}: {uri} is server #{k} of authority {authority:?}, and every \
+                     watched resource of it is cached (a value or does-not-exist)"
+                ),
+            ),
+        }
+    }
+
+    /// Where server `server` sits in `authority`'s list, when the authority is watched
+    /// and lists it.
+    fn position_in(&self, authority: &Option<String>, server: ServerId) -> Option<usize> {
+        let config = &self.servers.get(&server)?.config;
+        let a = self.authorities.get(authority)?;
+        a.servers.iter().position(|c| *c == **config)
+    }
+
+    /// A71 fallback. The model ([`AuthorityModel::allowed`]) is brought up to date for
+    /// the step (watched authorities use their primary; while every server before the
+    /// next has a connectivity failure standing and some watched resource is uncached,
+    /// the next may be used too), then the client is held to it:
+    /// - a request emitted in the step names a resource of an authority only on servers
+    ///   it may use;
+    /// - a server with an open stream is one some watched authority may use (so a
+    ///   started stream, and one left open after a switch-back, have a reason);
+    /// - an open stream with no request outstanding is subscribed (per its last request
+    ///   of each type) to an authority's names only on servers it may use: after a
+    ///   switch-back, the request that unsubscribes them is emitted in that step, or as
+    ///   soon as the outstanding one is sent.
+    ///
+    /// A use beyond the model breaks `switch-back-on-response` when a response from a
+    /// higher-priority server took the server out of use, else `fallback-needs-failure`
+    /// or `fallback-needs-uncached` for the condition that does not hold. Updates from
+    /// servers not in use are checked as they are notified
+    /// (`updates-only-from-server-in-use`).
+    pub fn check_fallback(&mut self, now: Instant) -> Result<(), Violation> {
+        let step = std::mem::take(&mut self.step);
+        // Watched authorities use their primary; unwatched ones nothing.
+        let mut watched: BTreeMap<Option<String>, Vec<ServerConfig>> = BTreeMap::new();
+        for w in self.watchers.values() {
+            watched.entry(w.authority.clone()).or_insert_with(|| {
+                let mut servers: Vec<ServerConfig> = Vec::new();
+                for c in &w.servers {
+                    if !servers.contains(c) {
+                        servers.push(c.clone());
+                    }
+                }
+                servers
+            });
+        }
+        for (key, a) in &mut self.authorities {
+            if !watched.contains_key(key) {
+                a.allowed = 0;
+                a.cut.clear();
+            }
+        }
+        for (key, servers) in watched {
+            let a = self.authorities.entry(key).or_default();
+            a.servers = servers;
+            a.allowed = a.allowed.max(1).min(a.servers.len());
+        }
+        // Fallback is allowed while its conditions hold.
+        let keys: Vec<Option<String>> = self
+            .authorities
+            .iter()
+            .filter(|(_, a)| a.allowed > 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            if !self.has_uncached(key) {
+                continue;
+            }
+            loop {
+                let a = &self.authorities[key];
+                let k = a.allowed;
+                if k >= a.servers.len() || self.unfailed_before(a, k).is_some() {
+                    break;
+                }
+                let a = self.authorities.get_mut(key).expect("known");
+                a.allowed += 1;
+                a.cut.remove(&k);
+            }
+        }
+        // Requests name an authority's resources only on servers it may use. In the step
+        // that takes a server out of use, the client drops one authority at a time: a
+        // request emitted before it got to this one may still name its resources, if
+        // the stream is closed or the next request unsubscribes them (checked below
+        // and when that request is emitted).
+        for (stream, server, type_url, names) in &step.requests {
+            for name in names {
+                let authority = authority_of(name);
+                if let Some(k) = self.position_in(&authority, *server)
+                    && k >= self.authorities[&authority].allowed
+                    && !step.cut.contains(&(authority.clone(), k))
+                {
+                    return Err(self.fallback_violation(
+                        now,
+                        &authority,
+                        k,
+                        format!("{} request on {stream:?} names {name:?}", short(type_url)),
+                    ));
+                }
+            }
+        }
+        for (id, sm) in &self.servers {
+            let Some(stream) = sm.current else {
+                continue;
+            };
+            // An open stream needs an authority that may use its server. Else blame the
+            // authority it was last taken out of use for, if any.
+            let mut listed = None;
+            let mut needed = false;
+            for (key, a) in self.authorities.iter().filter(|(_, a)| a.allowed > 0) {
+                if let Some(k) = a.servers.iter().position(|c| *c == *sm.config) {
+                    needed |= k < a.allowed;
+                    if listed.is_none() || a.cut.contains_key(&k) {
+                        listed = Some((key, k));
+                    }
+                }
+            }
+            if let (false, Some((key, k))) = (needed, listed) {
+                let what = if step.started.contains(id) {
+                    format!("{stream:?} started")
+                } else {
+                    format!("{stream:?} left open")
+                };
+                return Err(self.fallback_violation(now, key, k, what));
+            }
+            // An idle stream's subscription is what the client has in use.
+            let s = &self.streams[&stream];
+            if s.outstanding.is_some() {
+                continue;
+            }
+            for (type_url, st) in &s.types {
+                for name in st.sent.keys() {
+                    let authority = authority_of(name);
+                    if let Some(k) = self.position_in(&authority, *id)
+                        && k >= self.authorities[&authority].allowed
+                    {
+                        return Err(self.fallback_violation(
+                            now,
+                            &authority,
+                            k,
+                            format!(
+                                "{stream:?} (no request outstanding) stays subscribed to {} {name:?}",
+                                short(type_url)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
