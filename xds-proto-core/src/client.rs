@@ -245,6 +245,104 @@ pub enum Event {
     },
 }
 
+/// A SotW `envoy.service.discovery.v3.DiscoveryRequest` as the client emits it. The
+/// resource names are shared with the client's subscription, so an ACK of a
+/// 10,000-name subscription copies no names: [`encode`](Self::encode) writes the wire
+/// form straight from them, byte for byte what [`to_proto`](Self::to_proto)`().encode()`
+/// writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdsRequest {
+    /// The last accepted version of this type from this server (empty at first).
+    pub version_info: String,
+    /// The node, on a stream's first request only.
+    pub node: Option<crate::pb::envoy::config::core::v3::Node>,
+    /// The subscribed names, sorted.
+    pub resource_names: Arc<[Arc<str>]>,
+    /// The resource type.
+    pub type_url: &'static str,
+    /// The nonce of the last response of this type on this stream (empty at first).
+    pub response_nonce: String,
+    /// Set on a NACK: why the last response was rejected.
+    pub error_detail: Option<crate::pb::google::rpc::Status>,
+}
+
+impl AdsRequest {
+    /// The generated message with the same content.
+    pub fn to_proto(&self) -> discovery::DiscoveryRequest {
+        discovery::DiscoveryRequest {
+            version_info: self.version_info.clone(),
+            node: self.node.clone(),
+            resource_names: self.resource_names.iter().map(|n| n.to_string()).collect(),
+            resource_locators: Vec::new(),
+            type_url: self.type_url.to_string(),
+            response_nonce: self.response_nonce.clone(),
+            error_detail: self.error_detail.clone(),
+        }
+    }
+
+    /// The length of the wire form.
+    pub fn encoded_len(&self) -> usize {
+        use prost::encoding::message;
+        str_field_len(1, &self.version_info)
+            + self.node.as_ref().map_or(0, |n| message::encoded_len(2, n))
+            + self
+                .resource_names
+                .iter()
+                .map(|n| {
+                    prost::encoding::key_len(3)
+                        + prost::encoding::encoded_len_varint(n.len() as u64)
+                        + n.len()
+                })
+                .sum::<usize>()
+            + str_field_len(4, self.type_url)
+            + str_field_len(5, &self.response_nonce)
+            + self
+                .error_detail
+                .as_ref()
+                .map_or(0, |s| message::encoded_len(6, s))
+    }
+
+    /// Writes the wire form (fields in number order, as prost does).
+    pub fn encode(&self, buf: &mut impl bytes::BufMut) {
+        use prost::encoding::{WireType, encode_key, encode_varint, message};
+        put_str_field(1, &self.version_info, buf);
+        if let Some(node) = &self.node {
+            message::encode(2, node, buf);
+        }
+        for name in self.resource_names.iter() {
+            // Repeated strings are written even when empty.
+            encode_key(3, WireType::LengthDelimited, buf);
+            encode_varint(name.len() as u64, buf);
+            buf.put_slice(name.as_bytes());
+        }
+        put_str_field(4, self.type_url, buf);
+        put_str_field(5, &self.response_nonce, buf);
+        if let Some(status) = &self.error_detail {
+            message::encode(6, status, buf);
+        }
+    }
+}
+
+/// The wire length of a singular string field (omitted when empty, as proto3 does).
+fn str_field_len(tag: u32, value: &str) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    if value.is_empty() {
+        0
+    } else {
+        key_len(tag) + encoded_len_varint(value.len() as u64) + value.len()
+    }
+}
+
+/// Writes a singular string field (nothing when empty, as proto3 does).
+fn put_str_field(tag: u32, value: &str, buf: &mut impl bytes::BufMut) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    if !value.is_empty() {
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(value.len() as u64, buf);
+        buf.put_slice(value.as_bytes());
+    }
+}
+
 /// An output for the adapter.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -263,7 +361,7 @@ pub enum Action {
         /// The stream.
         stream: StreamId,
         /// The request (boxed: it is the largest action by far).
-        request: Box<discovery::DiscoveryRequest>,
+        request: Box<AdsRequest>,
     },
     /// Close the stream (half-close and drop it). No event is expected for it.
     CloseStream {
@@ -609,6 +707,8 @@ struct ServerTypeState {
     version: String,
     /// The names subscribed on this server.
     subscribed: BTreeSet<Arc<str>>,
+    /// `subscribed` as the requests carry it, built when first needed after a change.
+    names: Option<Arc<[Arc<str>]>>,
     /// The watched resources of the last response by position (`None` where one was
     /// rejected or not watched), to recognise unchanged resources of a SotW resend
     /// without decoding or hashing their names.
@@ -1231,6 +1331,7 @@ impl XdsClient {
         if !srv.types[t].subscribed.insert(name.clone()) {
             return false;
         }
+        srv.types[t].names = None;
         if let Some(stream) = &mut srv.stream {
             stream.types[t].new_names.push(name.clone());
         }
@@ -1246,6 +1347,7 @@ impl XdsClient {
         if !srv.types[t].subscribed.remove(name) {
             return;
         }
+        srv.types[t].names = None;
         if let Some(stream) = &mut srv.stream {
             stream.types[t].new_names.retain(|n| n != name);
             if let Some(in_flight) = &mut stream.in_flight
@@ -1331,16 +1433,16 @@ impl XdsClient {
                 message,
                 details: Vec::new(),
             });
-        let request = discovery::DiscoveryRequest {
-            version_info: srv.types[t].version.clone(),
+        let sts = &mut srv.types[t];
+        let resource_names = sts
+            .names
+            .get_or_insert_with(|| sts.subscribed.iter().cloned().collect())
+            .clone();
+        let request = AdsRequest {
+            version_info: sts.version.clone(),
             node: (!stream.sent_node).then(|| self.node.clone()),
-            resource_names: srv.types[t]
-                .subscribed
-                .iter()
-                .map(|n| n.to_string())
-                .collect(),
-            resource_locators: Vec::new(),
-            type_url: self.types[t].type_url().to_string(),
+            resource_names,
+            type_url: self.types[t].type_url(),
             response_nonce: ts.nonce.clone(),
             error_detail,
         };
@@ -2267,6 +2369,46 @@ mod tests {
         assert_eq!(t.pop_expired(Instant::from_secs(2)), None);
         t.cancel(&TimerKey::Reconnect(2));
         assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn ads_request_encodes_like_the_generated_message() {
+        use crate::pb::envoy::config::core::v3::Node;
+        let request = AdsRequest {
+            version_info: "7".to_string(),
+            node: Some(Node {
+                id: "n".to_string(),
+                ..Default::default()
+            }),
+            resource_names: ["", "a", &"x".repeat(300)]
+                .iter()
+                .map(|n| Arc::from(*n))
+                .collect(),
+            type_url: crate::resource::type_url::CLUSTER,
+            response_nonce: "n7".to_string(),
+            error_detail: Some(crate::pb::google::rpc::Status {
+                code: 3,
+                message: "bad".to_string(),
+                details: Vec::new(),
+            }),
+        };
+        let expected = request.to_proto().encode_to_vec();
+        let mut wire = Vec::new();
+        request.encode(&mut wire);
+        assert_eq!(wire, expected);
+        assert_eq!(request.encoded_len(), expected.len());
+        let empty = AdsRequest {
+            version_info: String::new(),
+            node: None,
+            resource_names: Arc::from([]),
+            type_url: crate::resource::type_url::LISTENER,
+            response_nonce: String::new(),
+            error_detail: None,
+        };
+        let mut wire = Vec::new();
+        empty.encode(&mut wire);
+        assert_eq!(wire, empty.to_proto().encode_to_vec());
+        assert_eq!(empty.encoded_len(), wire.len());
     }
 
     #[test]
