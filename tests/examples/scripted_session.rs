@@ -94,6 +94,7 @@ impl Session {
                         .handle_event(self.now, Event::StreamStarted { stream });
                 }
                 Action::SendRequest { stream, request } => {
+                    let request = request.to_proto();
                     let kind = if request.error_detail.is_some() {
                         "NACK"
                     } else {

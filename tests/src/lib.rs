@@ -73,8 +73,13 @@ impl Req {
         self
     }
 
-    /// Views a real request.
-    pub fn of(r: &DiscoveryRequest) -> Req {
+    /// Views a request the client emitted, as the server decodes it from the wire.
+    pub fn of(r: &xds_proto_core::AdsRequest) -> Req {
+        Req::of_proto(&on_the_wire(r))
+    }
+
+    /// Views a generated request.
+    pub fn of_proto(r: &DiscoveryRequest) -> Req {
         Req {
             type_url: r.type_url.clone(),
             names: r.resource_names.clone(),
@@ -84,6 +89,14 @@ impl Req {
             error: r.error_detail.as_ref().map(|s| s.message.clone()),
         }
     }
+}
+
+/// A request as a server sees it: encoded by the client's encoder, decoded by the
+/// generated message.
+pub fn on_the_wire(r: &xds_proto_core::AdsRequest) -> DiscoveryRequest {
+    let mut wire = Vec::with_capacity(r.encoded_len());
+    r.encode(&mut wire);
+    DiscoveryRequest::decode(wire.as_slice()).expect("the client's request encoding decodes")
 }
 
 /// One client driven by a test script over virtual time.

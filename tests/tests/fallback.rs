@@ -226,17 +226,14 @@ fn identical_bytes_from_the_primary_after_fallback_cause_no_notification() {
     );
 }
 
-fn ack(
-    names: &[&str],
-    version: &str,
-    nonce: &str,
-) -> xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest {
-    xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest {
+fn ack(names: &[&str], version: &str, nonce: &str) -> xds_proto_core::AdsRequest {
+    xds_proto_core::AdsRequest {
         version_info: version.to_string(),
-        resource_names: names.iter().map(|s| s.to_string()).collect(),
-        type_url: CDS.to_string(),
+        node: None,
+        resource_names: names.iter().map(|s| std::sync::Arc::from(*s)).collect(),
+        type_url: CDS,
         response_nonce: nonce.to_string(),
-        ..Default::default()
+        error_detail: None,
     }
 }
 

@@ -92,7 +92,7 @@ fn first_watch_opens_a_stream_and_subscribes_with_the_node() {
         other => panic!("expected StartStream, got {other:?}"),
     }
     let request = match h.next_action() {
-        Action::SendRequest { request, .. } => request,
+        Action::SendRequest { request, .. } => xds_proto_tests::on_the_wire(&request),
         other => panic!("expected SendRequest, got {other:?}"),
     };
     assert_eq!(request.type_url, LDS);

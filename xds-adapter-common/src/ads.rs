@@ -1,4 +1,4 @@
-//! One ADS stream: the codec (the core's `DiscoveryRequest` out, raw bytes in), the
+//! One ADS stream: the codec (the core's `AdsRequest` out, raw bytes in), the
 //! request stream that reports when HTTP/2 takes each request, and the task that runs
 //! the stream and reports what happens to it.
 
@@ -9,10 +9,9 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use futures::Stream;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
-use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use xds_proto_core::AdsRequest;
 use xds_proto_core::bootstrap::ServerConfig;
-use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto_core::{Code, ServerId, Status, StreamId};
 
 use crate::runtime::Runtime;
@@ -55,7 +54,7 @@ pub(crate) enum TaskMessage {
 pub(crate) struct AdsCodec;
 
 impl Codec for AdsCodec {
-    type Encode = DiscoveryRequest;
+    type Encode = AdsRequest;
     type Decode = Bytes;
     type Encoder = AdsCodec;
     type Decoder = AdsCodec;
@@ -70,16 +69,13 @@ impl Codec for AdsCodec {
 }
 
 impl Encoder for AdsCodec {
-    type Item = DiscoveryRequest;
+    type Item = AdsRequest;
     type Error = tonic::Status;
 
-    fn encode(
-        &mut self,
-        item: DiscoveryRequest,
-        dst: &mut EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        item.encode(dst)
-            .map_err(|e| tonic::Status::internal(format!("failed to encode DiscoveryRequest: {e}")))
+    fn encode(&mut self, item: AdsRequest, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.reserve(item.encoded_len());
+        item.encode(dst);
+        Ok(())
     }
 }
 
@@ -95,7 +91,7 @@ impl Decoder for AdsCodec {
 /// The request side of the stream: yields the driver's queued requests to tonic, and
 /// reports `Started` at the first poll and `Sent` for every request taken.
 struct RequestStream {
-    requests: UnboundedReceiver<DiscoveryRequest>,
+    requests: UnboundedReceiver<AdsRequest>,
     reports: UnboundedSender<TaskMessage>,
     stream: StreamId,
     started: bool,
@@ -111,9 +107,9 @@ impl RequestStream {
 }
 
 impl Stream for RequestStream {
-    type Item = DiscoveryRequest;
+    type Item = AdsRequest;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<DiscoveryRequest>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AdsRequest>> {
         if !self.started {
             self.started = true;
             self.report(Report::Started);
@@ -159,7 +155,7 @@ pub(crate) struct StreamTask<R> {
     pub(crate) stream: StreamId,
     pub(crate) slot: Arc<ChannelSlot>,
     pub(crate) settings: Arc<TransportSettings>,
-    pub(crate) requests: UnboundedReceiver<DiscoveryRequest>,
+    pub(crate) requests: UnboundedReceiver<AdsRequest>,
     pub(crate) reports: UnboundedSender<TaskMessage>,
 }
 
@@ -259,10 +255,14 @@ mod tests {
 
     use super::*;
 
-    fn request(type_url: &str) -> DiscoveryRequest {
-        DiscoveryRequest {
-            type_url: type_url.to_string(),
-            ..Default::default()
+    fn request(type_url: &'static str) -> AdsRequest {
+        AdsRequest {
+            version_info: String::new(),
+            node: None,
+            resource_names: Arc::from([]),
+            type_url,
+            response_nonce: String::new(),
+            error_detail: None,
         }
     }
 
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn the_first_poll_reports_the_stream_started_even_with_nothing_queued() {
-        let (_queue, requests) = mpsc::unbounded::<DiscoveryRequest>();
+        let (_queue, requests) = mpsc::unbounded::<AdsRequest>();
         let (reports_tx, mut reports_rx) = mpsc::unbounded();
         let mut body = RequestStream {
             requests,

@@ -12,7 +12,7 @@ use futures::channel::oneshot;
 use futures::future::{AbortHandle, Abortable};
 use futures::{FutureExt, StreamExt};
 use tracing::Instrument;
-use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use xds_proto_core::AdsRequest;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
@@ -84,13 +84,13 @@ pub enum ChannelEvent {
         /// The stream.
         stream: StreamId,
         /// The request's type URL.
-        type_url: String,
+        type_url: &'static str,
         /// Its `version_info`.
         version: String,
         /// Its `response_nonce` (empty for a subscription without a response yet).
         nonce: String,
-        /// The subscribed names.
-        resource_names: Vec<String>,
+        /// The subscribed names (shared with the request).
+        resource_names: Arc<[Arc<str>]>,
         /// The NACK's `error_detail` message, when it is a NACK.
         nack: Option<String>,
     },
@@ -152,17 +152,17 @@ pub(crate) enum Command {
 
 /// A summary of a queued request, reported when HTTP/2 takes it.
 struct QueuedRequest {
-    type_url: String,
+    type_url: &'static str,
     version: String,
     nonce: String,
-    resource_names: Vec<String>,
+    resource_names: Arc<[Arc<str>]>,
     nack: Option<String>,
 }
 
 struct StreamEntry {
     server: ServerId,
     server_uri: Arc<str>,
-    requests: UnboundedSender<DiscoveryRequest>,
+    requests: UnboundedSender<AdsRequest>,
     abort: AbortHandle,
     queued: VecDeque<QueuedRequest>,
     span: tracing::Span,
@@ -510,7 +510,7 @@ impl<R: Runtime> Driver<R> {
                     )
                 });
                 entry.queued.push_back(QueuedRequest {
-                    type_url: request.type_url.clone(),
+                    type_url: request.type_url,
                     version: request.version_info.clone(),
                     nonce: request.response_nonce.clone(),
                     resource_names: request.resource_names.clone(),

@@ -245,6 +245,104 @@ pub enum Event {
     },
 }
 
+/// A SotW `envoy.service.discovery.v3.DiscoveryRequest` as the client emits it. The
+/// resource names are shared with the client's subscription, so an ACK of a
+/// 10,000-name subscription copies no names: [`encode`](Self::encode) writes the wire
+/// form straight from them, byte for byte what [`to_proto`](Self::to_proto)`().encode()`
+/// writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdsRequest {
+    /// The last accepted version of this type from this server (empty at first).
+    pub version_info: String,
+    /// The node, on a stream's first request only.
+    pub node: Option<crate::pb::envoy::config::core::v3::Node>,
+    /// The subscribed names, sorted.
+    pub resource_names: Arc<[Arc<str>]>,
+    /// The resource type.
+    pub type_url: &'static str,
+    /// The nonce of the last response of this type on this stream (empty at first).
+    pub response_nonce: String,
+    /// Set on a NACK: why the last response was rejected.
+    pub error_detail: Option<crate::pb::google::rpc::Status>,
+}
+
+impl AdsRequest {
+    /// The generated message with the same content.
+    pub fn to_proto(&self) -> discovery::DiscoveryRequest {
+        discovery::DiscoveryRequest {
+            version_info: self.version_info.clone(),
+            node: self.node.clone(),
+            resource_names: self.resource_names.iter().map(|n| n.to_string()).collect(),
+            resource_locators: Vec::new(),
+            type_url: self.type_url.to_string(),
+            response_nonce: self.response_nonce.clone(),
+            error_detail: self.error_detail.clone(),
+        }
+    }
+
+    /// The length of the wire form.
+    pub fn encoded_len(&self) -> usize {
+        use prost::encoding::message;
+        str_field_len(1, &self.version_info)
+            + self.node.as_ref().map_or(0, |n| message::encoded_len(2, n))
+            + self
+                .resource_names
+                .iter()
+                .map(|n| {
+                    prost::encoding::key_len(3)
+                        + prost::encoding::encoded_len_varint(n.len() as u64)
+                        + n.len()
+                })
+                .sum::<usize>()
+            + str_field_len(4, self.type_url)
+            + str_field_len(5, &self.response_nonce)
+            + self
+                .error_detail
+                .as_ref()
+                .map_or(0, |s| message::encoded_len(6, s))
+    }
+
+    /// Writes the wire form (fields in number order, as prost does).
+    pub fn encode(&self, buf: &mut impl bytes::BufMut) {
+        use prost::encoding::{WireType, encode_key, encode_varint, message};
+        put_str_field(1, &self.version_info, buf);
+        if let Some(node) = &self.node {
+            message::encode(2, node, buf);
+        }
+        for name in self.resource_names.iter() {
+            // Repeated strings are written even when empty.
+            encode_key(3, WireType::LengthDelimited, buf);
+            encode_varint(name.len() as u64, buf);
+            buf.put_slice(name.as_bytes());
+        }
+        put_str_field(4, self.type_url, buf);
+        put_str_field(5, &self.response_nonce, buf);
+        if let Some(status) = &self.error_detail {
+            message::encode(6, status, buf);
+        }
+    }
+}
+
+/// The wire length of a singular string field (omitted when empty, as proto3 does).
+fn str_field_len(tag: u32, value: &str) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    if value.is_empty() {
+        0
+    } else {
+        key_len(tag) + encoded_len_varint(value.len() as u64) + value.len()
+    }
+}
+
+/// Writes a singular string field (nothing when empty, as proto3 does).
+fn put_str_field(tag: u32, value: &str, buf: &mut impl bytes::BufMut) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    if !value.is_empty() {
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(value.len() as u64, buf);
+        buf.put_slice(value.as_bytes());
+    }
+}
+
 /// An output for the adapter.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -263,7 +361,7 @@ pub enum Action {
         /// The stream.
         stream: StreamId,
         /// The request (boxed: it is the largest action by far).
-        request: Box<discovery::DiscoveryRequest>,
+        request: Box<AdsRequest>,
     },
     /// Close the stream (half-close and drop it). No event is expected for it.
     CloseStream {
@@ -609,6 +707,8 @@ struct ServerTypeState {
     version: String,
     /// The names subscribed on this server.
     subscribed: BTreeSet<Arc<str>>,
+    /// `subscribed` as the requests carry it, built when first needed after a change.
+    names: Option<Arc<[Arc<str>]>>,
     /// The watched resources of the last response by position (`None` where one was
     /// rejected or not watched), to recognise unchanged resources of a SotW resend
     /// without decoding or hashing their names.
@@ -1231,6 +1331,7 @@ impl XdsClient {
         if !srv.types[t].subscribed.insert(name.clone()) {
             return false;
         }
+        srv.types[t].names = None;
         if let Some(stream) = &mut srv.stream {
             stream.types[t].new_names.push(name.clone());
         }
@@ -1246,6 +1347,7 @@ impl XdsClient {
         if !srv.types[t].subscribed.remove(name) {
             return;
         }
+        srv.types[t].names = None;
         if let Some(stream) = &mut srv.stream {
             stream.types[t].new_names.retain(|n| n != name);
             if let Some(in_flight) = &mut stream.in_flight
@@ -1331,16 +1433,16 @@ impl XdsClient {
                 message,
                 details: Vec::new(),
             });
-        let request = discovery::DiscoveryRequest {
-            version_info: srv.types[t].version.clone(),
+        let sts = &mut srv.types[t];
+        let resource_names = sts
+            .names
+            .get_or_insert_with(|| sts.subscribed.iter().cloned().collect())
+            .clone();
+        let request = AdsRequest {
+            version_info: sts.version.clone(),
             node: (!stream.sent_node).then(|| self.node.clone()),
-            resource_names: srv.types[t]
-                .subscribed
-                .iter()
-                .map(|n| n.to_string())
-                .collect(),
-            resource_locators: Vec::new(),
-            type_url: self.types[t].type_url().to_string(),
+            resource_names,
+            type_url: self.types[t].type_url(),
             response_nonce: ts.nonce.clone(),
             error_detail,
         };
@@ -1607,7 +1709,7 @@ impl XdsClient {
         &mut self,
         server: usize,
         t: TypeIdx,
-        response: envelope::Response,
+        response: envelope::DiscoveryResponse,
         now: Instant,
     ) -> Result<String, String> {
         let ty = self.types[t].clone();
@@ -1958,28 +2060,97 @@ impl XdsClient {
 
 /// The `DiscoveryResponse` envelope as the client reads it: the same fields, types and
 /// strictness as the generated message, except that each resource's `type_url` stays a
-/// slice of the received buffer (checked for UTF-8 here) instead of a new `String`: a
-/// 10,000-cluster response makes no per-resource allocation before its bytes are
-/// compared with the cache.
+/// slice of the received buffer (checked for UTF-8 as it is read, as the generated
+/// decoder does) instead of a new `String`: a 10,000-cluster response makes no
+/// per-resource allocation before its bytes are compared with the cache.
 mod envelope {
-    use bytes::Bytes;
-    use prost::Message;
+    use bytes::{Buf, BufMut, Bytes};
+    use prost::encoding::{self, DecodeContext, WireType};
 
     use crate::pb::envoy::config::core::v3::ControlPlane;
     use crate::pb::envoy::service::discovery::v3::ResourceError;
+    use crate::resource::type_url;
 
     /// `google.protobuf.Any` with its type URL kept as bytes.
-    #[derive(Clone, PartialEq, prost::Message)]
+    #[derive(Clone, Debug, Default, PartialEq)]
     pub(super) struct Any {
-        #[prost(bytes = "bytes", tag = "1")]
         pub type_url: Bytes,
-        #[prost(bytes = "bytes", tag = "2")]
         pub value: Bytes,
+    }
+
+    /// Type URLs known to be UTF-8, compared before running the UTF-8 check.
+    const KNOWN_URLS: [&str; 5] = [
+        type_url::CLUSTER,
+        type_url::CLUSTER_LOAD_ASSIGNMENT,
+        type_url::LISTENER,
+        type_url::ROUTE_CONFIGURATION,
+        type_url::RESOURCE_WRAPPER,
+    ];
+
+    impl prost::Message for Any {
+        fn encode_raw(&self, buf: &mut impl BufMut) {
+            if !self.type_url.is_empty() {
+                encoding::bytes::encode(1, &self.type_url, buf);
+            }
+            if !self.value.is_empty() {
+                encoding::bytes::encode(2, &self.value, buf);
+            }
+        }
+
+        fn merge_field(
+            &mut self,
+            tag: u32,
+            wire_type: WireType,
+            buf: &mut impl Buf,
+            ctx: DecodeContext,
+        ) -> Result<(), prost::DecodeError> {
+            match tag {
+                1 => {
+                    encoding::bytes::merge(wire_type, &mut self.type_url, buf, ctx.clone())?;
+                    let url = &self.type_url[..];
+                    if KNOWN_URLS.iter().any(|k| k.as_bytes() == url)
+                        || std::str::from_utf8(url).is_ok()
+                    {
+                        return Ok(());
+                    }
+                    // Not UTF-8: fail exactly as the generated decoder does, by reading
+                    // the same bytes as a string.
+                    let mut again = Vec::with_capacity(url.len() + 10);
+                    encoding::encode_varint(url.len() as u64, &mut again);
+                    again.extend_from_slice(url);
+                    encoding::string::merge(
+                        WireType::LengthDelimited,
+                        &mut String::new(),
+                        &mut again.as_slice(),
+                        ctx,
+                    )
+                }
+                2 => encoding::bytes::merge(wire_type, &mut self.value, buf, ctx),
+                _ => encoding::skip_field(wire_type, tag, buf, ctx),
+            }
+        }
+
+        fn encoded_len(&self) -> usize {
+            (if self.type_url.is_empty() {
+                0
+            } else {
+                encoding::bytes::encoded_len(1, &self.type_url)
+            }) + if self.value.is_empty() {
+                0
+            } else {
+                encoding::bytes::encoded_len(2, &self.value)
+            }
+        }
+
+        fn clear(&mut self) {
+            self.type_url.clear();
+            self.value.clear();
+        }
     }
 
     /// `envoy.service.discovery.v3.DiscoveryResponse`.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct Response {
+    pub(super) struct DiscoveryResponse {
         #[prost(string, tag = "1")]
         pub version_info: String,
         #[prost(message, repeated, tag = "2")]
@@ -1998,20 +2169,60 @@ mod envelope {
 
     /// Decodes a response, rejecting exactly what the generated message rejects; the
     /// error is the reason.
-    pub(super) fn decode(bytes: Bytes) -> Result<Response, String> {
-        let response = Response::decode(bytes).map_err(|e| e.to_string())?;
-        // A string field that is not UTF-8 fails the generated decoder; so here. A URL
-        // equal to the response's (the usual case) is UTF-8 already.
-        let all_utf8 = response.resources.iter().all(|a| {
-            a.type_url == response.type_url.as_bytes() || std::str::from_utf8(&a.type_url).is_ok()
-        });
-        if !all_utf8 {
-            return Err(
-                "failed to decode Protobuf message: Any.type_url: invalid string value: data is not UTF-8 encoded"
-                    .to_string(),
+    pub(super) fn decode(bytes: Bytes) -> Result<DiscoveryResponse, String> {
+        <DiscoveryResponse as prost::Message>::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use bytes::Bytes;
+        use prost::Message;
+
+        use crate::pb::envoy::service::discovery::v3::DiscoveryResponse;
+
+        /// An `Any` whose type_url occurs twice, first as invalid UTF-8: the generated
+        /// decoder rejects it even though the last occurrence is valid (found by the
+        /// `decode_response` fuzzer).
+        #[test]
+        fn an_invalid_type_url_occurrence_fails_like_the_generated_decoder() {
+            let any = [
+                &[0x0a, 0x02, 0xff, 0xfe][..],
+                &[0x0a, 0x01, b'a'],
+                &[0x12, 0x01, 0x00],
+            ]
+            .concat();
+            let mut response = vec![0x12, any.len() as u8];
+            response.extend_from_slice(&any);
+            let full = DiscoveryResponse::decode(response.as_slice());
+            assert!(full.is_err());
+            let lite = super::decode(Bytes::from(response)).unwrap_err();
+            assert!(
+                lite.contains("DiscoveryResponse.resources")
+                    && lite.contains("data is not UTF-8 encoded"),
+                "{lite}"
             );
         }
-        Ok(response)
+
+        #[test]
+        fn a_valid_envelope_reads_the_same_as_the_generated_one() {
+            let full = DiscoveryResponse {
+                version_info: "1".into(),
+                resources: vec![crate::pb::google::protobuf::Any {
+                    type_url: "type.googleapis.com/x.Y".into(),
+                    value: Bytes::from_static(b"abc"),
+                }],
+                canary: true,
+                type_url: "type.googleapis.com/x.Y".into(),
+                nonce: "n".into(),
+                ..Default::default()
+            };
+            let lite = super::decode(Bytes::from(full.encode_to_vec())).unwrap();
+            assert_eq!(lite.version_info, "1");
+            assert_eq!(lite.nonce, "n");
+            assert!(lite.canary);
+            assert_eq!(&lite.resources[0].type_url[..], b"type.googleapis.com/x.Y");
+            assert_eq!(&lite.resources[0].value[..], b"abc");
+        }
     }
 }
 
@@ -2267,6 +2478,46 @@ mod tests {
         assert_eq!(t.pop_expired(Instant::from_secs(2)), None);
         t.cancel(&TimerKey::Reconnect(2));
         assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn ads_request_encodes_like_the_generated_message() {
+        use crate::pb::envoy::config::core::v3::Node;
+        let request = AdsRequest {
+            version_info: "7".to_string(),
+            node: Some(Node {
+                id: "n".to_string(),
+                ..Default::default()
+            }),
+            resource_names: ["", "a", &"x".repeat(300)]
+                .iter()
+                .map(|n| Arc::from(*n))
+                .collect(),
+            type_url: crate::resource::type_url::CLUSTER,
+            response_nonce: "n7".to_string(),
+            error_detail: Some(crate::pb::google::rpc::Status {
+                code: 3,
+                message: "bad".to_string(),
+                details: Vec::new(),
+            }),
+        };
+        let expected = request.to_proto().encode_to_vec();
+        let mut wire = Vec::new();
+        request.encode(&mut wire);
+        assert_eq!(wire, expected);
+        assert_eq!(request.encoded_len(), expected.len());
+        let empty = AdsRequest {
+            version_info: String::new(),
+            node: None,
+            resource_names: Arc::from([]),
+            type_url: crate::resource::type_url::LISTENER,
+            response_nonce: String::new(),
+            error_detail: None,
+        };
+        let mut wire = Vec::new();
+        empty.encode(&mut wire);
+        assert_eq!(wire, empty.to_proto().encode_to_vec());
+        assert_eq!(empty.encoded_len(), wire.len());
     }
 
     #[test]

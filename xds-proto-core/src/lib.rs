@@ -26,7 +26,7 @@ pub mod time;
 
 pub use bootstrap::Bootstrap;
 pub use client::{
-    Action, ClientConfig, Code, ErrorKind, Event, Notification, ResourceSnapshot,
+    Action, AdsRequest, ClientConfig, Code, ErrorKind, Event, Notification, ResourceSnapshot,
     ResourceStatusKind, ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
     XdsError,
 };

@@ -570,7 +570,7 @@ pub async fn does_not_exist_after_timeout<R: Runtime>(timeout: Option<Duration>)
         "the subscription to \"missing\"",
         |e| match e {
             ChannelEvent::RequestSent { resource_names, .. }
-                if resource_names.iter().any(|n| n == "missing") =>
+                if resource_names.iter().any(|n| &**n == "missing") =>
             {
                 Some(rt.now())
             }

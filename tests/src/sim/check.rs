@@ -780,7 +780,9 @@ impl CheckedClient {
                     self.on_start(now, *server, config, *stream)?;
                     started.insert(*server);
                 }
-                Action::SendRequest { stream, request } => self.on_send(now, *stream, request)?,
+                Action::SendRequest { stream, request } => {
+                    self.on_send(now, *stream, &crate::on_the_wire(request))?
+                }
                 Action::CloseStream { stream } => self.on_close_action(now, *stream)?,
                 Action::DropChannel { server } => self.on_drop(now, *server)?,
                 Action::Notify(n) => {

@@ -507,7 +507,10 @@ fn describe_action(a: &Action) -> String {
             format!("StartStream {stream:?} {server:?} {}", config.server_uri)
         }
         Action::SendRequest { stream, request } => {
-            format!("SendRequest {stream:?} {}", describe_request(request))
+            format!(
+                "SendRequest {stream:?} {}",
+                describe_request(&request.to_proto())
+            )
         }
         Action::Notify(n) => format!(
             "Notify {:?} {} {:?} {:?}",
@@ -852,7 +855,7 @@ impl World {
                 }
                 Action::SendRequest { stream, request } => {
                     self.stats.requests += 1;
-                    self.client_send(client, stream, *request);
+                    self.client_send(client, stream, crate::on_the_wire(&request));
                 }
                 Action::CloseStream { stream } => self.client_close(client, stream),
                 Action::DropChannel { .. } => {}
