@@ -452,3 +452,46 @@ fn xdstp_names_are_canonical_in_requests_and_responses() {
     got.sort();
     assert_eq!(got, vec![w1, w2]);
 }
+
+/// Regression (found by the A71 checker's author): the first watch of an authority whose
+/// primary, shared with another authority, is already failing must fall back at once
+/// (A71: a new uncached resource while the server in use is failing), not wait for the
+/// primary's next attempt to fail.
+#[test]
+fn first_watch_of_an_authority_on_a_failing_shared_primary_falls_back_at_once() {
+    const SHARED: &str = r#"{
+      "xds_servers": [
+        {"server_uri": "primary:443", "channel_creds": [{"type": "insecure"}]},
+        {"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
+      ],
+      "authorities": {"x.example": {}},
+      "node": {"id": "n"}
+    }"#;
+    let mut h = Harness::with_bootstrap(SHARED, |_| {});
+    h.watch(CDS, "c1");
+    let p = h.expect_start();
+    h.take();
+    h.close(p, Code::UNAVAILABLE, "down"); // old-style names fall back to fallback:443
+    let f = h
+        .client
+        .current_stream(ServerId(1))
+        .expect("fallback stream");
+    h.take();
+    h.started(f);
+    h.sent(f);
+    h.take();
+    let x = "xdstp://x.example/envoy.config.cluster.v3.Cluster/c2";
+    h.watch(CDS, x);
+    let actions = h.take();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::SendRequest { stream, request }
+            if *stream == f && request.resource_names.iter().any(|n| &**n == x))),
+        "watching {x} while primary:443 is failing: expected it on fallback:443, got {actions:?}"
+    );
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Notify(_))),
+        "a server may still work: no error yet, got {actions:?}"
+    );
+}

@@ -165,9 +165,13 @@ fn requests_on(actions: &[Action], stream: StreamId) -> Vec<Vec<String>> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::SendRequest { stream: s, request } if *s == stream => {
-                Some(request.resource_names.clone())
-            }
+            Action::SendRequest { stream: s, request } if *s == stream => Some(
+                request
+                    .resource_names
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect(),
+            ),
             _ => None,
         })
         .collect()

@@ -989,6 +989,12 @@ impl XdsClient {
         let id = WatcherId(self.next_watcher);
         self.next_watcher += 1;
         let type_url = self.types[t].type_url();
+        // An authority's first watch puts its first server in use, before its standing
+        // error is read: a server shared with another authority may be failing already.
+        let auth = &mut self.authorities[authority];
+        if auth.in_use == 0 {
+            auth.in_use = 1;
+        }
         let conn = self.authorities[authority]
             .active()
             .and_then(|s| self.servers[s].connectivity_error.clone());
@@ -1022,11 +1028,7 @@ impl XdsClient {
             seen_at: 0,
         });
         self.watchers.insert(id, (t, name.clone()));
-        let auth = &mut self.authorities[authority];
-        auth.resources += 1;
-        if auth.in_use == 0 {
-            auth.in_use = 1;
-        }
+        self.authorities[authority].resources += 1;
         // A new uncached resource while the active server is failing: fall back (A71),
         // or tell the watcher at once.
         if let Some(err) = conn
