@@ -495,3 +495,56 @@ fn first_watch_of_an_authority_on_a_failing_shared_primary_falls_back_at_once() 
         "a server may still work: no error yet, got {actions:?}"
     );
 }
+
+/// Two authorities fall back to the same server; when the primary answers, both switch
+/// back and the shared fallback stream is closed, without a last request naming the
+/// second authority's resources first (each server is settled once, after every
+/// authority has dropped it).
+#[test]
+fn switching_back_two_authorities_closes_the_shared_fallback_without_a_last_request() {
+    const SHARED: &str = r#"{
+      "xds_servers": [
+        {"server_uri": "primary:443", "channel_creds": [{"type": "insecure"}]},
+        {"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
+      ],
+      "authorities": {"x.example": {}},
+      "node": {"id": "n"}
+    }"#;
+    let x = "xdstp://x.example/envoy.config.cluster.v3.Cluster/c2";
+    let mut h = Harness::with_bootstrap(SHARED, |_| {});
+    h.watch(CDS, "c1");
+    h.watch(CDS, x);
+    let p = h.expect_start();
+    h.take();
+    h.close(p, Code::UNAVAILABLE, "down"); // both authorities fall back
+    let f = h
+        .client
+        .current_stream(ServerId(1))
+        .expect("fallback stream");
+    h.take();
+    h.started(f);
+    for _ in 0..3 {
+        h.sent(f); // every subscribing request leaves; none is outstanding
+        h.take();
+    }
+    h.advance(2 * SECOND); // the primary's backoff
+    let p2 = h.client.current_stream(ServerId(0)).expect("primary again");
+    h.take();
+    h.started(p2);
+    h.sent(p2);
+    h.take();
+    h.respond(p2, CDS, "1", "n1", vec![cluster("c1"), cluster(x)]);
+    let actions = h.take();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::CloseStream { stream } if *stream == f)),
+        "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::SendRequest { stream, .. } if *stream == f)),
+        "a request on the fallback stream on its way out: {actions:?}"
+    );
+}

@@ -355,9 +355,11 @@ fn authorities_sharing_servers_fall_back_independently() {
     );
     assert_eq!(d.held(w2), Some(Ok(22)));
     d.flush(f);
-    // The primary answers: x.example switches back, the fallback stream closes.
+    // The primary answers: x.example switches back, the fallback stream closes, and
+    // is not sent a last request naming the other authority's resources first.
     let a = d.respond(p, "2", vec![cluster_v("c1", 1), cluster_v(&c2, 2)]);
     assert!(closes(&a, f), "{a:?}");
+    assert!(requests_on(&a, f).is_empty(), "{a:?}");
     assert_eq!(d.held(w2), Some(Ok(2)));
 }
 

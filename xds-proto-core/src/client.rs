@@ -1253,6 +1253,8 @@ impl XdsClient {
         let srv = &mut self.servers[server];
         srv.backoff.reset();
         srv.connectivity_error = None;
+        let mut lowers: Vec<usize> = Vec::new();
+        let mut changed: Vec<(usize, TypeIdx)> = Vec::new();
         for a in 0..self.authorities.len() {
             let auth = &mut self.authorities[a];
             let Some(pos) = auth.in_use().iter().position(|s| *s == server) else {
@@ -1264,13 +1266,32 @@ impl XdsClient {
             let dropped = auth.servers[pos + 1..auth.in_use].to_vec();
             auth.in_use = pos + 1;
             for lower in dropped {
-                self.unsubscribe_authority(a, lower);
+                if !lowers.contains(&lower) {
+                    lowers.push(lower);
+                }
+                for t in self.unsubscribe_authority(a, lower) {
+                    if !changed.contains(&(lower, t)) {
+                        changed.push((lower, t));
+                    }
+                }
+            }
+        }
+        // Every authority first, then one request or one release per server: a server
+        // shared by two authorities is not sent the second one's names on its way out.
+        for lower in lowers {
+            if !self.servers[lower].has_subscriptions() {
+                self.release_server(lower);
+                continue;
+            }
+            for &(_, t) in changed.iter().filter(|(s, _)| *s == lower) {
+                self.subscription_changed(lower, t, Instant::ZERO);
             }
         }
     }
 
-    /// Removes every resource of `authority` from `server`'s subscriptions.
-    fn unsubscribe_authority(&mut self, authority: usize, server: usize) {
+    /// Removes every resource of `authority` from `server`'s subscriptions; returns the
+    /// types whose subscription changed (the caller sends them or releases the server).
+    fn unsubscribe_authority(&mut self, authority: usize, server: usize) -> Vec<TypeIdx> {
         let mut changed = Vec::new();
         let mut removed = Vec::new();
         for (t, table) in self.resources.iter_mut().enumerate() {
@@ -1296,13 +1317,7 @@ impl XdsClient {
         for (t, name) in removed {
             self.unsubscribe(server, t, &name);
         }
-        if !self.servers[server].has_subscriptions() {
-            self.release_server(server);
-            return;
-        }
-        for t in changed {
-            self.subscription_changed(server, t, Instant::ZERO);
-        }
+        changed
     }
 
     fn server_of_stream(&self, stream: StreamId) -> Option<usize> {
