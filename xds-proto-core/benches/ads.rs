@@ -16,7 +16,9 @@
 //!   stream's identical response is applied with zero notifications.
 //!
 //! Before measuring, a counting allocator reports the bytes a cached cluster's
-//! validated form takes beyond its raw bytes.
+//! validated form takes beyond its raw bytes. After each group, every workload is
+//! measured again alternately with its floor, round by round, and the medians' ratio is
+//! printed (`ratio: ...` lines): a load change on the machine then hits both sides.
 //!
 //! Run: `cargo bench -p xds-proto-core --bench ads`.
 
@@ -314,6 +316,83 @@ fn deliver(client: &mut XdsClient, stream: StreamId, bytes: &Bytes) -> (usize, u
     (notes, reqs)
 }
 
+/// W2: the 10k response again with one cluster changed (alternately two versions), on
+/// the client's current stream.
+fn w2_one_changed(client: &mut XdsClient, flip: &mut bool, [a, b]: [&Bytes; 2]) {
+    let stream = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
+    *flip = !*flip;
+    let (notes, reqs) = deliver(client, stream, if *flip { a } else { b });
+    assert_eq!((notes, reqs), (1, 1));
+}
+
+/// W5: the stream ends after responses; the resubscription of all `n` names is built
+/// and the new stream's identical response is applied with no notification.
+fn w5_reconnect(client: &mut XdsClient, n: usize, current: &Bytes) {
+    let stream = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
+    client.handle_event(
+        Instant::ZERO,
+        Event::StreamClosed {
+            stream,
+            status: Status::new(Code::UNAVAILABLE, "goaway"),
+        },
+    );
+    let mut new_stream = None;
+    let mut names_sent = 0;
+    while let Some(a) = client.poll_action() {
+        match a {
+            Action::StartStream { stream, .. } => new_stream = Some(stream),
+            Action::SendRequest { request, .. } => names_sent = request.resource_names.len(),
+            _ => {}
+        }
+    }
+    assert_eq!(names_sent, n);
+    let s = new_stream.unwrap();
+    client.handle_event(Instant::ZERO, Event::StreamStarted { stream: s });
+    client.handle_event(Instant::ZERO, Event::RequestSent { stream: s });
+    let (notes, reqs) = deliver(client, s, current);
+    assert_eq!((notes, reqs), (0, 1));
+}
+
+/// How long `f` takes once (the bench may read the clock; the core never does).
+fn timed<T>(f: impl FnOnce() -> T) -> Duration {
+    let start = std::time::Instant::now();
+    black_box(f());
+    start.elapsed()
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Medians of `floor` and `work`, measured alternately for `rounds` rounds.
+fn interleaved(
+    rounds: usize,
+    mut floor: impl FnMut() -> Duration,
+    mut work: impl FnMut() -> Duration,
+) -> (Duration, Duration) {
+    let (mut f, mut w) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        f.push(floor());
+        w.push(work());
+    }
+    (median(f), median(w))
+}
+
+fn report_ratio(what: &str, work: Duration, floor_name: &str, floor: Duration, target: f64) {
+    let ratio = work.as_secs_f64() / floor.as_secs_f64();
+    println!(
+        "ratio: {what}: {:.2} ms / {floor_name} {:.2} ms = {ratio:.2}× (target ≤ {target}×){}",
+        work.as_secs_f64() * 1e3,
+        floor.as_secs_f64() * 1e3,
+        if ratio <= target {
+            ""
+        } else {
+            "  ABOVE TARGET"
+        }
+    );
+}
+
 fn floor_a(bytes: &Bytes) -> usize {
     DiscoveryResponse::decode(bytes.clone())
         .unwrap()
@@ -409,42 +488,42 @@ fn bench(c: &mut Criterion) {
     deliver(&mut client, stream, &w1);
     let mut flip = false;
     g.bench_function("W2_one_changed", |b| {
-        b.iter(|| {
-            flip = !flip;
-            let (notes, reqs) = deliver(&mut client, stream, if flip { &w2a } else { &w2b });
-            assert_eq!((notes, reqs), (1, 1));
-        })
+        b.iter(|| w2_one_changed(&mut client, &mut flip, [&w2a, &w2b]))
     });
     g.bench_function("W5_reconnect_identical", |b| {
-        b.iter(|| {
-            let current = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
-            client.handle_event(
-                Instant::ZERO,
-                Event::StreamClosed {
-                    stream: current,
-                    status: Status::new(Code::UNAVAILABLE, "goaway"),
-                },
-            );
-            let mut new_stream = None;
-            let mut names_sent = 0;
-            while let Some(a) = client.poll_action() {
-                match a {
-                    Action::StartStream { stream, .. } => new_stream = Some(stream),
-                    Action::SendRequest { request, .. } => {
-                        names_sent = request.resource_names.len()
-                    }
-                    _ => {}
-                }
-            }
-            assert_eq!(names_sent, n);
-            let s = new_stream.unwrap();
-            client.handle_event(Instant::ZERO, Event::StreamStarted { stream: s });
-            client.handle_event(Instant::ZERO, Event::RequestSent { stream: s });
-            let (notes, reqs) = deliver(&mut client, s, if flip { &w2a } else { &w2b });
-            assert_eq!((notes, reqs), (0, 1));
-        })
+        b.iter(|| w5_reconnect(&mut client, n, if flip { &w2a } else { &w2b }))
     });
     g.finish();
+
+    // The same workloads again, each alternated with its floor round by round, so that
+    // a load change on the machine hits both sides of a ratio alike.
+    let rounds = 15;
+    let (b, w1_t) = interleaved(
+        rounds,
+        || timed(|| floor_b::<cluster::Cluster>(&w1)),
+        || {
+            let (mut client, stream) = subscribed_client(type_url::CLUSTER, &names);
+            let t = timed(|| deliver(&mut client, stream, &w1));
+            drop(client);
+            t
+        },
+    );
+    report_ratio("W1 CDS 10k first delivery", w1_t, "floor B", b, 1.0);
+    let (c_t, w2_t) = interleaved(
+        rounds,
+        || timed(|| floor_c(&w1, &cached)),
+        || timed(|| w2_one_changed(&mut client, &mut flip, [&w2a, &w2b])),
+    );
+    report_ratio("W2 CDS 10k resend, 1 changed", w2_t, "floor C", c_t, 1.3);
+    let mut w5 = Vec::new();
+    for _ in 0..rounds {
+        let current = if flip { &w2a } else { &w2b };
+        w5.push(timed(|| w5_reconnect(&mut client, n, current)));
+    }
+    println!(
+        "ratio: W5 reconnect with 10,000 cached: {:.2} ms (target ≤ 5 ms)",
+        median(w5).as_secs_f64() * 1e3
+    );
     drop(client);
 
     // ----- W3: EDS -----
@@ -500,6 +579,24 @@ fn bench(c: &mut Criterion) {
         )
     });
     g.finish();
+
+    for (what, names, bytes, count) in [
+        ("W3 EDS 1,000 × 100 endpoints", &eds_names, &w3, 1000),
+        ("W3 EDS 1 × 100,000 endpoints", &big_name, &w3_big, 1),
+    ] {
+        let (b, w) = interleaved(
+            9,
+            || timed(|| floor_b::<endpoint::ClusterLoadAssignment>(bytes)),
+            || {
+                let (mut client, stream) =
+                    subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, names);
+                let t = timed(|| assert_eq!(deliver(&mut client, stream, bytes), (count, 1)));
+                drop(client);
+                t
+            },
+        );
+        report_ratio(what, w, "floor B", b, 1.0);
+    }
 }
 
 criterion_group!(benches, bench);
