@@ -90,6 +90,8 @@ struct State {
     requests: Vec<RecordedRequest>,
     stats: ServerStats,
     refuse: bool,
+    /// Requests are counted but not kept in `requests` (see `record_requests`).
+    skip_record: bool,
     /// Streams opened before this epoch must close with `close_status`.
     close_epoch: u64,
     close_status: Option<Status>,
@@ -431,6 +433,14 @@ impl LoopbackServer {
 
     // ----- the record -----
 
+    /// Whether requests are kept for [`requests`](Self::requests) (the default). While
+    /// false they are still counted in [`stats`](Self::stats): for load tests, where a
+    /// client that resends 10,000 names on every subscription change would otherwise
+    /// make the record grow quadratically.
+    pub fn record_requests(&self, record: bool) {
+        self.shared.lock().skip_record = !record;
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
@@ -660,16 +670,18 @@ impl Session {
                 RequestKind::Nack => state.stats.nacks += 1,
                 RequestKind::Subscribe => {}
             }
-            state.requests.push(RecordedRequest {
-                stream: self.id,
-                kind,
-                type_url: request.type_url.clone(),
-                version_info: request.version_info.clone(),
-                resource_names: request.resource_names.clone(),
-                response_nonce: request.response_nonce.clone(),
-                error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
-                node_id: request.node.as_ref().map(|n| n.id.clone()),
-            });
+            if !state.skip_record {
+                state.requests.push(RecordedRequest {
+                    stream: self.id,
+                    kind,
+                    type_url: request.type_url.clone(),
+                    version_info: request.version_info.clone(),
+                    resource_names: request.resource_names.clone(),
+                    response_nonce: request.response_nonce.clone(),
+                    error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
+                    node_id: request.node.as_ref().map(|n| n.id.clone()),
+                });
+            }
         }
         self.shared.bump();
         let st = self.types.entry(request.type_url.clone()).or_default();
