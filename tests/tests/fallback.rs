@@ -453,20 +453,23 @@ fn xdstp_names_are_canonical_in_requests_and_responses() {
     assert_eq!(got, vec![w1, w2]);
 }
 
+/// Old-style names and the authority `x.example` share the top-level primary and
+/// fallback servers.
+const SHARED: &str = r#"{
+  "xds_servers": [
+    {"server_uri": "primary:443", "channel_creds": [{"type": "insecure"}]},
+    {"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
+  ],
+  "authorities": {"x.example": {}},
+  "node": {"id": "n"}
+}"#;
+
 /// Regression (found by the A71 checker's author): the first watch of an authority whose
 /// primary, shared with another authority, is already failing must fall back at once
 /// (A71: a new uncached resource while the server in use is failing), not wait for the
 /// primary's next attempt to fail.
 #[test]
 fn first_watch_of_an_authority_on_a_failing_shared_primary_falls_back_at_once() {
-    const SHARED: &str = r#"{
-      "xds_servers": [
-        {"server_uri": "primary:443", "channel_creds": [{"type": "insecure"}]},
-        {"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
-      ],
-      "authorities": {"x.example": {}},
-      "node": {"id": "n"}
-    }"#;
     let mut h = Harness::with_bootstrap(SHARED, |_| {});
     h.watch(CDS, "c1");
     let p = h.expect_start();
@@ -502,14 +505,6 @@ fn first_watch_of_an_authority_on_a_failing_shared_primary_falls_back_at_once() 
 /// authority has dropped it).
 #[test]
 fn switching_back_two_authorities_closes_the_shared_fallback_without_a_last_request() {
-    const SHARED: &str = r#"{
-      "xds_servers": [
-        {"server_uri": "primary:443", "channel_creds": [{"type": "insecure"}]},
-        {"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
-      ],
-      "authorities": {"x.example": {}},
-      "node": {"id": "n"}
-    }"#;
     let x = "xdstp://x.example/envoy.config.cluster.v3.Cluster/c2";
     let mut h = Harness::with_bootstrap(SHARED, |_| {});
     h.watch(CDS, "c1");
