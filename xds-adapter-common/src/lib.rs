@@ -18,8 +18,8 @@
 //! - the **ADS transport** (`transport`, `ads`): one HTTP/2 connection per server
 //!   (TCP, then rustls for `tls` channel credentials, then the HTTP/2 handshake),
 //!   carrying `StreamAggregatedResources` through tonic's generic client with a codec
-//!   that encodes the core's own `DiscoveryRequest` and hands responses over as raw
-//!   bytes, so nothing is decoded twice.
+//!   that encodes the core's `AdsRequest` (names shared, not copied) and hands
+//!   responses over as raw bytes, so nothing is decoded twice.
 //!
 //! What a runtime must provide is the small [`Runtime`] trait: spawn a task, read the
 //! clock, sleep, and open a TCP connection. `xds-adapter-tokio` and
