@@ -6,15 +6,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
+use xds_proto_core::{Cds, Eds, Lds, Rds};
 
 use bytes::Bytes;
 use prost::Message;
-use xds_proto_core::client::{Action, ClientConfig, Event, WatchEvent, XdsClient};
+use xds_proto_core::client::{Action, Event, WatchEvent, XdsClient, XdsClientConfig};
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::{
-    ClusterResource, EndpointsResource, ListenerResource, RouteConfigResource,
-};
 use xds_proto_core::{Bootstrap, Code, Instant, Status, StreamId};
 use xds_proto_tests::fixtures;
 use xds_proto_tests::{CDS, EDS, LDS, ONE_SERVER_BOOTSTRAP, RDS};
@@ -86,7 +84,7 @@ impl Session {
                 Action::StartStream { config, stream, .. } => {
                     self.log(&format!(
                         "-> start ADS stream {} to {}",
-                        stream.0, config.server_uri
+                        stream, config.server_uri
                     ));
                     self.stream = Some(stream);
                     self.last_names.clear();
@@ -123,12 +121,8 @@ impl Session {
                     self.client
                         .handle_event(self.now, Event::RequestSent { stream });
                 }
-                Action::CloseStream { stream } => {
-                    self.log(&format!("-> close stream {}", stream.0))
-                }
-                Action::DropChannel { server } => {
-                    self.log(&format!("-> drop channel {}", server.0))
-                }
+                Action::CloseStream { stream } => self.log(&format!("-> close stream {stream}")),
+                Action::DropChannel { server } => self.log(&format!("-> drop channel {server}")),
                 Action::Notify(n) => {
                     let what = match &n.event {
                         WatchEvent::Changed(Ok(v)) => format!("update: {}", describe(v)),
@@ -136,10 +130,11 @@ impl Session {
                         WatchEvent::AmbientError(e) => {
                             format!("ambient error (keeping value): {e}")
                         }
+                        other => format!("{other:?}"),
                     };
                     self.log(&format!(
                         "<= watcher {} {} {:?} {what}",
-                        n.watcher.0,
+                        n.watcher,
                         short(n.type_url),
                         &*n.name
                     ));
@@ -147,19 +142,20 @@ impl Session {
                         self.follow(v);
                     }
                 }
+                other => self.log(&format!("-> {other:?}")),
             }
         }
     }
 
     /// Follows the chain: a listener's route config, a route's clusters, a cluster's endpoints.
     fn follow(&mut self, v: &xds_proto_core::ResourceValue) {
-        let next: Vec<(&str, String)> = if let Some(l) = v.downcast_ref::<ListenerResource>() {
+        let next: Vec<(&str, String)> = if let Some(l) = v.get::<Lds>() {
             l.route_config_name()
                 .map(|r| vec![(RDS, r.to_string())])
                 .unwrap_or_default()
-        } else if let Some(r) = v.downcast_ref::<RouteConfigResource>() {
+        } else if let Some(r) = v.get::<Rds>() {
             r.cluster_names().into_iter().map(|c| (CDS, c)).collect()
-        } else if let Some(c) = v.downcast_ref::<ClusterResource>() {
+        } else if let Some(c) = v.get::<Cds>() {
             c.eds_service_name()
                 .map(|s| vec![(EDS, s.to_string())])
                 .unwrap_or_default()
@@ -173,7 +169,7 @@ impl Session {
                 .iter()
                 .any(|r| r.type_url == ty && *r.name == name)
             {
-                self.client.watch(ty, &name, self.now).expect("watch");
+                xds_proto_tests::watch_by_type_url(&mut self.client, ty, &name).expect("watch");
             }
         }
     }
@@ -220,20 +216,20 @@ fn short(type_url: &str) -> &str {
 }
 
 fn describe(v: &xds_proto_core::ResourceValue) -> String {
-    if let Some(l) = v.downcast_ref::<ListenerResource>() {
+    if let Some(l) = v.get::<Lds>() {
         format!(
             "listener -> route config {:?}",
             l.route_config_name().unwrap_or("(inline)")
         )
-    } else if let Some(r) = v.downcast_ref::<RouteConfigResource>() {
+    } else if let Some(r) = v.get::<Rds>() {
         format!(
             "{} virtual host(s), clusters {:?}",
             r.virtual_hosts.len(),
             r.cluster_names()
         )
-    } else if let Some(c) = v.downcast_ref::<ClusterResource>() {
+    } else if let Some(c) = v.get::<Cds>() {
         format!("EDS cluster, max_requests {}", c.max_requests)
-    } else if let Some(e) = v.downcast_ref::<EndpointsResource>() {
+    } else if let Some(e) = v.get::<Eds>() {
         format!("{} endpoint(s)", e.endpoint_count())
     } else {
         format!("{v:?}")
@@ -242,7 +238,7 @@ fn describe(v: &xds_proto_core::ResourceValue) -> String {
 
 fn main() {
     let bootstrap = Bootstrap::from_json_str(ONE_SERVER_BOOTSTRAP).expect("bootstrap");
-    let mut config = ClientConfig::new(bootstrap);
+    let mut config = XdsClientConfig::new(bootstrap);
     config.resource_timeout = Duration::from_secs(15);
     let mut s = Session {
         client: XdsClient::new(config, 42),
@@ -279,7 +275,7 @@ fn main() {
     );
 
     println!("== follow the chain from listener \"demo.listener\"");
-    s.client.watch(LDS, "demo.listener", s.now).expect("watch");
+    s.client.watch::<Lds>("demo.listener").expect("watch");
     s.settle();
 
     println!("\n== the control plane adds an endpoint");
@@ -338,9 +334,7 @@ fn main() {
     s.settle();
 
     println!("\n== watch a listener the control plane does not have");
-    s.client
-        .watch(LDS, "missing.listener", s.now)
-        .expect("watch");
+    s.client.watch::<Lds>("missing.listener").expect("watch");
     s.settle();
     s.advance(Duration::from_secs(16));
 

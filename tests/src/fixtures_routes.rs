@@ -547,8 +547,7 @@ impl DmDriver {
             updates: Vec::new(),
             nonce: 0,
         };
-        let now = d.h.now;
-        d.dm.start(&mut d.h.client, now)
+        d.dm.start(&mut d.h.client)
             .expect("listener watch accepted");
         d.pump();
         d
@@ -573,11 +572,12 @@ impl DmDriver {
                     .handle_event(now, Event::RequestSent { stream });
             }
             Action::Notify(n) => {
-                if !self.dm.handle_notification(&mut self.h.client, &n, now) {
+                if !self.dm.handle_notification(&mut self.h.client, &n) {
                     self.others.push(n);
                 }
             }
             Action::CloseStream { .. } | Action::DropChannel { .. } => {}
+            other => panic!("unexpected action {other:?}"),
         }
     }
 

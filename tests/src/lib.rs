@@ -9,13 +9,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 use xds_proto_core::client::{
-    Action, ClientConfig, Event, Notification, StreamId, WatcherId, XdsClient,
+    Action, Event, Notification, StreamId, WatcherId, XdsClient, XdsClientConfig,
 };
 use xds_proto_core::pb::envoy::service::discovery::v3::{
     DiscoveryRequest, DiscoveryResponse, ResourceError, ResourceName,
 };
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::{Bootstrap, Code, Instant, ServerId, Status};
+use xds_proto_core::{Bootstrap, Code, Instant, ServerId, Status, WatchError, XdsResourceType};
 
 pub mod fixtures;
 pub mod fixtures_routes;
@@ -30,6 +30,24 @@ pub const ONE_SERVER_BOOTSTRAP: &str = r#"{
   "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
   "node": {"id": "test-node", "cluster": "test-cluster"}
 }"#;
+
+/// `client.watch::<T>(name)` for the built-in type whose URL is `type_url`: for drivers
+/// (the simulator, the fuzzer) that choose the type at run time. An unknown URL is
+/// refused as the client refuses an unregistered type.
+pub fn watch_by_type_url(
+    client: &mut XdsClient,
+    type_url: &str,
+    name: &str,
+) -> Result<WatcherId, WatchError> {
+    use xds_proto_core::{Cds, Eds, Lds, Rds};
+    match type_url {
+        LDS => client.watch::<Lds>(name),
+        RDS => client.watch::<Rds>(name),
+        CDS => client.watch::<Cds>(name),
+        EDS => client.watch::<Eds>(name),
+        other => Err(WatchError::UnknownType(other.to_string())),
+    }
+}
 
 /// The parts of a `DiscoveryRequest` a scenario asserts on, in a comparable form.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,9 +112,8 @@ impl Req {
 /// A request as a server sees it: encoded by the client's encoder, decoded by the
 /// generated message.
 pub fn on_the_wire(r: &xds_proto_core::AdsRequest) -> DiscoveryRequest {
-    let mut wire = Vec::with_capacity(r.encoded_len());
-    r.encode(&mut wire);
-    DiscoveryRequest::decode(wire.as_slice()).expect("the client's request encoding decodes")
+    DiscoveryRequest::decode(r.encode_to_vec().as_slice())
+        .expect("the client's request encoding decodes")
 }
 
 /// One client driven by a test script over virtual time.
@@ -115,9 +132,9 @@ impl Harness {
     }
 
     /// A client on this bootstrap, with settings adjusted by `tune`.
-    pub fn with_bootstrap(json: &str, tune: impl FnOnce(&mut ClientConfig)) -> Harness {
+    pub fn with_bootstrap(json: &str, tune: impl FnOnce(&mut XdsClientConfig)) -> Harness {
         let bootstrap = Bootstrap::from_json_str(json).expect("test bootstrap parses");
-        let mut config = ClientConfig::new(bootstrap);
+        let mut config = XdsClientConfig::new(bootstrap);
         tune(&mut config);
         Harness {
             client: XdsClient::new(config, 1),
@@ -132,19 +149,23 @@ impl Harness {
         }
     }
 
-    /// Watches a resource.
-    pub fn watch(&mut self, type_url: &str, name: &str) -> WatcherId {
-        let id = self
-            .client
-            .watch(type_url, name, self.now)
-            .expect("watch accepted");
+    /// Watches a resource of type `T`.
+    pub fn watch<T: XdsResourceType>(&mut self, name: &str) -> WatcherId {
+        let id = self.client.watch::<T>(name).expect("watch accepted");
+        self.collect();
+        id
+    }
+
+    /// Watches a built-in type chosen at run time (see [`watch_by_type_url`]).
+    pub fn watch_by_type_url(&mut self, type_url: &str, name: &str) -> WatcherId {
+        let id = watch_by_type_url(&mut self.client, type_url, name).expect("watch accepted");
         self.collect();
         id
     }
 
     /// Cancels a watch.
     pub fn cancel(&mut self, watcher: WatcherId) {
-        self.client.cancel_watch(watcher, self.now);
+        self.client.cancel_watch(watcher);
         self.collect();
     }
 
@@ -195,7 +216,7 @@ impl Harness {
     /// Reports a channel connectivity failure.
     pub fn connectivity_failure(&mut self, server: usize, reason: &str) {
         self.event(Event::ConnectivityFailure {
-            server: ServerId(server),
+            server: ServerId::from_raw(server),
             reason: reason.to_string(),
         });
     }

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use xds_proto_core::Cds;
 
 use quickcheck::QuickCheck;
 use xds_proto_core::dependency::{ClusterChildren, MAX_AGGREGATE_CLUSTER_DEPTH, XdsConfig};
@@ -1901,16 +1902,14 @@ fn dm_leaves_other_watchers_notifications_alone_and_dynamic_subscriptions_work()
         &["c1"],
     );
     // Another watcher of the same cluster, on the same client.
-    let now = d.h.now;
-    let other = d.h.client.watch(CDS, "c1", now).unwrap();
+    let other = d.h.client.watch::<Cds>("c1").unwrap();
     d.pump();
     assert_eq!(d.others.len(), 1);
     assert_eq!(d.others[0].watcher, other);
     assert!(matches!(d.others[0].event, WatchEvent::Changed(Ok(_))));
     assert!(!d.dm.owns(other));
     // A dynamic subscription (what an RLS plugin would ask for).
-    let now = d.h.now;
-    d.dm.subscribe_cluster(&mut d.h.client, "extra", now);
+    d.dm.subscribe_cluster(&mut d.h.client, "extra");
     d.pump();
     assert_eq!(d.names(CDS), names(&["c1", "extra"]));
     d.respond(
@@ -1937,15 +1936,13 @@ fn dm_leaves_other_watchers_notifications_alone_and_dynamic_subscriptions_work()
         config.clusters["c1"].as_ref().unwrap().cluster.max_requests,
         9
     );
-    let now = d.h.now;
-    d.dm.unsubscribe_cluster(&mut d.h.client, "extra", now);
+    d.dm.unsubscribe_cluster(&mut d.h.client, "extra");
     d.pump();
     assert_eq!(d.names(CDS), names(&["c1"]));
     let config = d.expect_config();
     assert_eq!(cluster_names(&config), names(&["c1"]));
     // Stopping cancels everything the manager watched; the other watcher keeps c1.
-    let now = d.h.now;
-    d.dm.stop(&mut d.h.client, now);
+    d.dm.stop(&mut d.h.client);
     d.pump();
     assert!(d.dm.watched().is_empty());
     assert_eq!(d.names(CDS), names(&["c1"]));

@@ -2,6 +2,7 @@
 //! exact streams, requests and notifications over virtual time.
 
 use std::time::Duration;
+use xds_proto_core::Cds;
 
 use xds_proto_core::client::{Action, ErrorKind, WatchError, WatchEvent};
 use xds_proto_core::{Code, ServerId, StreamId};
@@ -66,7 +67,7 @@ fn is_value(event: &WatchEvent) -> bool {
 
 /// Fails the primary's first stream of a fresh `c1` watch; returns the fallback stream.
 fn fall_back_at_startup(h: &mut Harness) -> (StreamId, StreamId) {
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let (p, _) = expect_start_to(h, "primary:443");
     assert_eq!(
         h.expect_request(p),
@@ -99,7 +100,7 @@ fn fallback_at_startup_serves_from_the_next_server() {
 #[test]
 fn no_fallback_when_everything_is_cached() {
     let mut h = Harness::with_bootstrap(TWO_SERVERS, |_| {});
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let p = h.connect_first(CDS, &["c1"]);
     h.respond(p, CDS, "1", "n1", vec![cluster("c1")]);
     h.take();
@@ -116,7 +117,7 @@ fn no_fallback_when_everything_is_cached() {
 #[test]
 fn a_new_uncached_watch_while_the_primary_is_down_triggers_fallback_for_all_names() {
     let mut h = Harness::with_bootstrap(TWO_SERVERS, |_| {});
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let p = h.connect_first(CDS, &["c1"]);
     h.respond(p, CDS, "1", "n1", vec![cluster("c1")]);
     h.take();
@@ -134,7 +135,7 @@ fn a_new_uncached_watch_while_the_primary_is_down_triggers_fallback_for_all_name
     ));
     h.expect_nothing();
     // A watch for an uncached resource now starts fallback, subscribing every name there.
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     let (f, _) = expect_start_to(&mut h, "fallback:443");
     assert_eq!(
         h.expect_request(f),
@@ -178,16 +179,13 @@ fn the_first_primary_response_switches_back_and_closes_the_fallback_stream() {
     assert_eq!(
         h.next_action(),
         Action::DropChannel {
-            server: ServerId(1)
+            server: ServerId::from_raw(1)
         }
     );
     // The primary's data replaces the fallback's.
     let n = h.expect_notify();
     let value = match &n.event {
-        WatchEvent::Changed(Ok(v)) => v
-            .downcast_ref::<xds_proto_core::resource::ClusterResource>()
-            .unwrap()
-            .clone(),
+        WatchEvent::Changed(Ok(v)) => v.get::<Cds>().unwrap().clone(),
         other => panic!("{other:?}"),
     };
     assert_eq!(value.max_requests, 2);
@@ -216,7 +214,7 @@ fn identical_bytes_from_the_primary_after_fallback_cause_no_notification() {
         vec![
             Action::CloseStream { stream: f },
             Action::DropChannel {
-                server: ServerId(1)
+                server: ServerId::from_raw(1)
             },
             Action::SendRequest {
                 stream: p,
@@ -240,7 +238,7 @@ fn ack(names: &[&str], version: &str, nonce: &str) -> xds_proto_core::AdsRequest
 #[test]
 fn three_servers_promote_in_order_and_the_secondary_returning_first_wins() {
     let mut h = Harness::with_bootstrap(THREE_SERVERS, |_| {});
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let (p, _) = expect_start_to(&mut h, "primary:443");
     h.take();
     h.close(p, Code::UNAVAILABLE, "down");
@@ -283,20 +281,20 @@ fn three_servers_promote_in_order_and_the_secondary_returning_first_wins() {
     assert_eq!(
         h.next_action(),
         Action::DropChannel {
-            server: ServerId(2)
+            server: ServerId::from_raw(2)
         }
     );
     assert_eq!(h.expect_notify().watcher, w);
     assert_eq!(h.expect_request(s2), Req::new(CDS, &["c1"], "s1", "sn"));
     h.expect_nothing();
-    assert!(h.client.current_stream(ServerId(0)).is_some());
+    assert!(h.client.current_stream(ServerId::from_raw(0)).is_some());
     // Then the primary answers: the secondary is dropped.
     h.respond(p2, CDS, "p1", "pn", vec![cluster_v("c1", 1)]);
     assert_eq!(h.next_action(), Action::CloseStream { stream: s2 });
     assert_eq!(
         h.next_action(),
         Action::DropChannel {
-            server: ServerId(1)
+            server: ServerId::from_raw(1)
         }
     );
     assert_eq!(h.expect_notify().watcher, w);
@@ -354,13 +352,13 @@ fn no_does_not_exist_while_falling_back() {
 #[test]
 fn federation_keeps_failures_within_their_authority() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
-    let wa = h.watch(CDS, &a_cluster("c1"));
+    let wa = h.watch::<Cds>(&a_cluster("c1"));
     let (sa, _) = expect_start_to(&mut h, "a:443");
     assert_eq!(
         h.expect_request(sa),
         Req::new(CDS, &[&a_cluster("c1")], "", "").with_node()
     );
-    let wb = h.watch(CDS, &b_cluster("c2"));
+    let wb = h.watch::<Cds>(&b_cluster("c2"));
     let (sb, _) = expect_start_to(&mut h, "b:443");
     assert_eq!(
         h.expect_request(sb),
@@ -382,12 +380,12 @@ fn federation_keeps_failures_within_their_authority() {
 #[test]
 fn identical_servers_of_several_authorities_share_one_stream() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
-    h.watch(CDS, "old-style");
+    h.watch::<Cds>("old-style");
     let (s, _) = expect_start_to(&mut h, "default:443");
     h.expect_request(s);
     h.sent(s);
     let shared = "xdstp://shared.example/envoy.config.cluster.v3.Cluster/c9";
-    h.watch(CDS, shared);
+    h.watch::<Cds>(shared);
     assert_eq!(
         h.expect_request(s),
         Req::new(CDS, &["old-style", shared], "", "")
@@ -400,11 +398,7 @@ fn unknown_authorities_and_malformed_names_are_typed_errors() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
     let err = h
         .client
-        .watch(
-            CDS,
-            "xdstp://nope.example/envoy.config.cluster.v3.Cluster/c1",
-            h.now,
-        )
+        .watch::<Cds>("xdstp://nope.example/envoy.config.cluster.v3.Cluster/c1")
         .unwrap_err();
     assert_eq!(
         err,
@@ -419,21 +413,17 @@ fn unknown_authorities_and_malformed_names_are_typed_errors() {
     );
     let err = h
         .client
-        .watch(
-            CDS,
-            "xdstp://a.example/envoy.config.listener.v3.Listener/l1",
-            h.now,
-        )
+        .watch::<Cds>("xdstp://a.example/envoy.config.listener.v3.Listener/l1")
         .unwrap_err();
     assert!(matches!(err, WatchError::InvalidName(_)), "{err:?}");
-    assert!(h.client.watch(CDS, "xdstp://a.example", h.now).is_err());
+    assert!(h.client.watch::<Cds>("xdstp://a.example").is_err());
     h.expect_nothing();
 }
 
 #[test]
 fn xdstp_names_are_canonical_in_requests_and_responses() {
     let mut h = Harness::with_bootstrap(FEDERATION, |_| {});
-    let w1 = h.watch(CDS, &a_cluster("c1?z=1&a=2"));
+    let w1 = h.watch::<Cds>(&a_cluster("c1?z=1&a=2"));
     let (s, _) = expect_start_to(&mut h, "a:443");
     assert_eq!(
         h.expect_request(s),
@@ -441,7 +431,7 @@ fn xdstp_names_are_canonical_in_requests_and_responses() {
     );
     h.started(s);
     h.sent(s);
-    let w2 = h.watch(CDS, &a_cluster("c1?a=2&z=1"));
+    let w2 = h.watch::<Cds>(&a_cluster("c1?a=2&z=1"));
     h.expect_nothing(); // the same resource: no new subscription
     // The server spells it the other way round; both watchers get it.
     h.respond(s, CDS, "1", "n", vec![cluster(&a_cluster("c1?z=1&a=2"))]);
@@ -471,20 +461,20 @@ const SHARED: &str = r#"{
 #[test]
 fn first_watch_of_an_authority_on_a_failing_shared_primary_falls_back_at_once() {
     let mut h = Harness::with_bootstrap(SHARED, |_| {});
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let p = h.expect_start();
     h.take();
     h.close(p, Code::UNAVAILABLE, "down"); // old-style names fall back to fallback:443
     let f = h
         .client
-        .current_stream(ServerId(1))
+        .current_stream(ServerId::from_raw(1))
         .expect("fallback stream");
     h.take();
     h.started(f);
     h.sent(f);
     h.take();
     let x = "xdstp://x.example/envoy.config.cluster.v3.Cluster/c2";
-    h.watch(CDS, x);
+    h.watch::<Cds>(x);
     let actions = h.take();
     assert!(
         actions
@@ -507,14 +497,14 @@ fn first_watch_of_an_authority_on_a_failing_shared_primary_falls_back_at_once() 
 fn switching_back_two_authorities_closes_the_shared_fallback_without_a_last_request() {
     let x = "xdstp://x.example/envoy.config.cluster.v3.Cluster/c2";
     let mut h = Harness::with_bootstrap(SHARED, |_| {});
-    h.watch(CDS, "c1");
-    h.watch(CDS, x);
+    h.watch::<Cds>("c1");
+    h.watch::<Cds>(x);
     let p = h.expect_start();
     h.take();
     h.close(p, Code::UNAVAILABLE, "down"); // both authorities fall back
     let f = h
         .client
-        .current_stream(ServerId(1))
+        .current_stream(ServerId::from_raw(1))
         .expect("fallback stream");
     h.take();
     h.started(f);
@@ -523,7 +513,10 @@ fn switching_back_two_authorities_closes_the_shared_fallback_without_a_last_requ
         h.take();
     }
     h.advance(2 * SECOND); // the primary's backoff
-    let p2 = h.client.current_stream(ServerId(0)).expect("primary again");
+    let p2 = h
+        .client
+        .current_stream(ServerId::from_raw(0))
+        .expect("primary again");
     h.take();
     h.started(p2);
     h.sent(p2);

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
+use xds_proto_core::Cds;
 use xds_proto_core::client::{
-    Action, ClientConfig, ErrorKind, Event, ServerId, StreamId, WatchEvent, WatcherId,
+    Action, ErrorKind, Event, ServerId, StreamId, WatchEvent, WatcherId, XdsClientConfig,
 };
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::ClusterResource;
 use xds_proto_core::{Bootstrap, Code, Instant, Status};
 use xds_proto_tests::fixtures::cluster_v;
 use xds_proto_tests::sim::{CheckOptions, CheckedClient, Violation};
@@ -69,7 +69,7 @@ struct Drive {
 
 impl Drive {
     fn new(json: &str) -> Drive {
-        let config = ClientConfig::new(Bootstrap::from_json_str(json).expect("bootstrap"));
+        let config = XdsClientConfig::new(Bootstrap::from_json_str(json).expect("bootstrap"));
         Drive {
             cc: CheckedClient::new(config, 7, CheckOptions { exact_timing: true }),
             now: Instant::from_secs(1000),
@@ -139,7 +139,7 @@ impl Drive {
     fn held(&self, w: WatcherId) -> Option<Result<u32, ErrorKind>> {
         let held = self.cc.watchers()[&w].held.as_ref()?;
         Some(match held {
-            Ok(v) => Ok(v.downcast_ref::<ClusterResource>().unwrap().max_requests),
+            Ok(v) => Ok(v.get::<Cds>().unwrap().max_requests),
             Err(e) => Err(e.kind),
         })
     }
@@ -205,7 +205,7 @@ fn fallback_at_startup_and_switch_back_on_the_primarys_first_response() {
     let a = d.respond(p2, "1", vec![cluster_v("c1", 1)]);
     assert!(closes(&a, f), "{a:?}");
     assert!(a.contains(&Action::DropChannel {
-        server: ServerId(1)
+        server: ServerId::from_raw(1)
     }));
     assert_eq!(d.held(w), Some(Ok(1)));
     // Late data from the closed fallback stream changes nothing.
@@ -223,7 +223,7 @@ fn everything_cached_means_no_fallback_until_a_new_uncached_watch() {
     d.respond(p, "1", vec![cluster_v("c1", 1)]);
     d.flush(p);
     // A failure with everything cached: an ambient error, no fallback.
-    let a = d.transient_failure(ServerId(0));
+    let a = d.transient_failure(ServerId::from_raw(0));
     assert_eq!(starts(&a), 0, "{a:?}");
     assert!(matches!(
         &a[..],
@@ -298,7 +298,7 @@ fn a_transient_failure_of_a_live_primary_falls_back_and_its_response_switches_ba
     let (w, a) = d.watch("c1");
     let p = start_to(&a, "primary:443").unwrap();
     d.connect(p);
-    let a = d.transient_failure(ServerId(0));
+    let a = d.transient_failure(ServerId::from_raw(0));
     let f = start_to(&a, "fallback:443").expect("fallback");
     d.connect(f);
     d.respond(f, "1", vec![cluster_v("c1", 2)]);
@@ -342,7 +342,7 @@ fn authorities_sharing_servers_fall_back_independently() {
     d.respond(p, "1", vec![cluster_v("c1", 1)]);
     d.flush(p);
     assert_eq!(d.held(w1), Some(Ok(1)));
-    let a = d.transient_failure(ServerId(0));
+    let a = d.transient_failure(ServerId::from_raw(0));
     let f = start_to(&a, "fallback:443").expect("x.example falls back");
     assert_eq!(requests_on(&a, f), vec![vec![c2.clone()]]);
     d.connect(f);

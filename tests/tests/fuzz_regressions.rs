@@ -8,6 +8,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use xds_proto_core::Cds;
 
 use xds_proto_tests::sim::fuzz;
 
@@ -103,20 +104,20 @@ fn rewatch_before_connect_does_not_start_the_timer_early() {
     use std::time::Duration;
     use xds_proto_tests::{CDS, Harness, Req};
     let mut h = Harness::new();
-    let wx = h.watch(CDS, "x");
+    let wx = h.watch::<Cds>("x");
     let s = h.expect_start();
     assert_eq!(
         h.expect_request(s),
         Req::new(CDS, &["x"], "", "").with_node()
     );
-    h.watch(CDS, "y");
+    h.watch::<Cds>("y");
     h.sent(s); // taken by the transport before the connection is up
     assert_eq!(h.expect_request(s), Req::new(CDS, &["x", "y"], "", ""));
     h.sent(s);
     h.cancel(wx);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["y"], "", ""));
     h.sent(s); // the server's view is now [y]
-    let wx2 = h.watch(CDS, "x");
+    let wx2 = h.watch::<Cds>("x");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["x", "y"], "", "")); // outstanding
     h.started(s);
     h.take();

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+use xds_proto_core::Cds;
 
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use serde_json::{Map, Number, Value};
@@ -199,16 +200,18 @@ type Subscriptions = BTreeMap<&'static str, Vec<String>>;
 fn coalesce(ops: &[Op]) -> (Vec<Req>, Subscriptions, Subscriptions) {
     let mut h = Harness::new();
     // An anchor watch that is never cancelled keeps the stream open.
-    h.watch(CDS, "anchor");
+    h.watch::<Cds>("anchor");
     let s = h.connect_first(CDS, &["anchor"]);
     let mut active: Vec<(WatcherId, &'static str, &'static str)> = Vec::new();
-    active.push((h.watch(CDS, "n0"), CDS, "n0"));
+    active.push((h.watch::<Cds>("n0"), CDS, "n0"));
     let first = h.expect_request(s);
     let mut last_sent = Subscriptions::new();
     last_sent.insert(CDS, first.names);
     for op in ops {
         match *op {
-            Op::Watch(t, n) => active.push((h.watch(TYPES[t], NAMES[n]), TYPES[t], NAMES[n])),
+            Op::Watch(t, n) => {
+                active.push((h.watch_by_type_url(TYPES[t], NAMES[n]), TYPES[t], NAMES[n]))
+            }
             Op::Cancel(i) if !active.is_empty() => {
                 let (w, _, _) = active.remove(i % active.len());
                 h.cancel(w);

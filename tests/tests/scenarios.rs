@@ -3,10 +3,10 @@
 //! detail) and the exact watcher notifications, rule by rule (ADS SotW, A57, A88, TP3).
 
 use std::time::Duration;
+use xds_proto_core::{Cds, Eds, Lds, Rds};
 
-use xds_proto_core::client::{Action, ErrorKind, ResourceStatusKind, WatchEvent};
+use xds_proto_core::client::{Action, ErrorKind, ResourceStatusKind, WatchError, WatchEvent};
 use xds_proto_core::pb::envoy::service::discovery::v3::Resource;
-use xds_proto_core::resource::{ClusterResource, ListenerResource};
 use xds_proto_core::{Code, Event, Notification, StreamId, WatcherId};
 use xds_proto_tests::fixtures::{self, any, cluster, cluster_v, endpoints, listener, route_config};
 use xds_proto_tests::{
@@ -46,7 +46,7 @@ fn ambient_error(n: &Notification) -> &xds_proto_core::XdsError {
 /// Watches CDS `names` (one watcher each), connects, and has the server deliver them
 /// all as version "1" with nonce "n1"; returns the stream and the watchers.
 fn with_cached_clusters(h: &mut Harness, names: &[&str]) -> (StreamId, Vec<WatcherId>) {
-    let watchers: Vec<WatcherId> = names.iter().map(|n| h.watch(CDS, n)).collect();
+    let watchers: Vec<WatcherId> = names.iter().map(|n| h.watch::<Cds>(n)).collect();
     let stream = h.expect_start();
     // The first watch emitted the first request; later watches wait for it to be sent.
     assert_eq!(
@@ -86,7 +86,7 @@ fn with_cached_clusters(h: &mut Harness, names: &[&str]) -> (StreamId, Vec<Watch
 #[test]
 fn first_watch_opens_a_stream_and_subscribes_with_the_node() {
     let mut h = Harness::new();
-    let w = h.watch(LDS, "listener-a");
+    let w = h.watch::<Lds>("listener-a");
     match h.next_action() {
         Action::StartStream { config, .. } => assert_eq!(config.server_uri, "xds.example:443"),
         other => panic!("expected StartStream, got {other:?}"),
@@ -104,20 +104,18 @@ fn first_watch_opens_a_stream_and_subscribes_with_the_node() {
     assert_eq!(node.cluster, "test-cluster");
     assert_eq!(node.user_agent_name, "xds-proto");
     h.expect_nothing();
-    assert_eq!(w.0, 1);
+    assert_eq!(w.into_raw(), 1);
 }
 
 #[test]
 fn valid_response_is_delivered_and_acked_with_its_version_and_nonce() {
     let mut h = Harness::new();
-    let w = h.watch(LDS, "l1");
+    let w = h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
     h.respond(s, LDS, "v1", "nonce-1", vec![listener("l1", "r1")]);
     let n = h.expect_notify();
     assert_eq!((n.watcher, &*n.name, n.type_url), (w, "l1", LDS));
-    let value = value_of(&n)
-        .downcast_ref::<ListenerResource>()
-        .expect("a ListenerResource");
+    let value = value_of(&n).get::<Lds>().expect("a ListenerResource");
     assert_eq!(value.name, "l1");
     assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "v1", "nonce-1"));
     h.expect_nothing();
@@ -126,9 +124,9 @@ fn valid_response_is_delivered_and_acked_with_its_version_and_nonce() {
 #[test]
 fn node_is_sent_only_on_the_first_request_of_each_stream() {
     let mut h = Harness::new();
-    h.watch(LDS, "l1");
+    h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", ""));
     h.sent(s);
     h.respond(s, LDS, "1", "a", vec![listener("l1", "r1")]);
@@ -152,9 +150,9 @@ fn node_is_sent_only_on_the_first_request_of_each_stream() {
 #[test]
 fn subscription_change_resends_the_type_with_every_name() {
     let mut h = Harness::new();
-    h.watch(CDS, "c2");
+    h.watch::<Cds>("c2");
     let s = h.connect_first(CDS, &["c2"]);
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
     h.expect_nothing();
 }
@@ -163,14 +161,12 @@ fn subscription_change_resends_the_type_with_every_name() {
 fn second_watcher_of_a_cached_resource_gets_it_at_once_and_no_request_is_sent() {
     let mut h = Harness::new();
     let (_, ws) = with_cached_clusters(&mut h, &["c1"]);
-    let w2 = h.watch(CDS, "c1");
+    let w2 = h.watch::<Cds>("c1");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     assert_ne!(w2, ws[0]);
     assert_eq!(
-        value_of(&n)
-            .downcast_ref::<ClusterResource>()
-            .map(|c| c.name.as_str()),
+        value_of(&n).get::<Cds>().map(|c| c.name.as_str()),
         Some("c1")
     );
     h.expect_nothing();
@@ -200,7 +196,7 @@ fn only_the_changed_resource_notifies_its_watchers() {
     );
     let n = h.expect_notify();
     assert_eq!(n.watcher, ws[1]);
-    let c2 = value_of(&n).downcast_ref::<ClusterResource>().unwrap();
+    let c2 = value_of(&n).get::<Cds>().unwrap();
     assert_eq!(c2.max_requests, 7);
     assert_eq!(
         h.expect_request(s),
@@ -212,7 +208,7 @@ fn only_the_changed_resource_notifies_its_watchers() {
 #[test]
 fn resources_not_subscribed_are_ignored() {
     let mut h = Harness::new();
-    let w = h.watch(EDS, "e1");
+    let w = h.watch::<Eds>("e1");
     let s = h.connect_first(EDS, &["e1"]);
     h.respond(
         s,
@@ -230,7 +226,7 @@ fn resources_not_subscribed_are_ignored() {
 #[test]
 fn resources_in_the_resource_wrapper_are_unwrapped() {
     let mut h = Harness::new();
-    let w = h.watch(RDS, "r1");
+    let w = h.watch::<Rds>("r1");
     let s = h.connect_first(RDS, &["r1"]);
     let wrapped = Resource {
         name: "r1".to_string(),
@@ -282,7 +278,7 @@ fn invalid_update_of_a_cached_resource_is_nacked_with_the_last_acked_version() {
 #[test]
 fn invalid_uncached_resource_replaces_the_state_with_an_error() {
     let mut h = Harness::new();
-    let w = h.watch(LDS, "l1");
+    let w = h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
     h.respond(s, LDS, "1", "n1", vec![fixtures::invalid_listener("l1")]);
     let n = h.expect_notify();
@@ -299,9 +295,9 @@ fn invalid_uncached_resource_replaces_the_state_with_an_error() {
 #[test]
 fn partially_valid_response_applies_the_valid_resources_and_nacks_the_rest() {
     let mut h = Harness::new();
-    let w1 = h.watch(CDS, "c1");
+    let w1 = h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
     h.sent(s);
     h.respond(
@@ -338,7 +334,7 @@ fn partially_valid_response_applies_the_valid_resources_and_nacks_the_rest() {
 #[test]
 fn resource_whose_type_url_does_not_match_the_response_is_nacked_without_a_name() {
     let mut h = Harness::new();
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
     h.respond(s, CDS, "1", "n1", vec![listener("c1", "r")]);
     let req = h.expect_request(s);
@@ -352,7 +348,7 @@ fn resource_whose_type_url_does_not_match_the_response_is_nacked_without_a_name(
 #[test]
 fn duplicate_names_in_one_response_are_nacked() {
     let mut h = Harness::new();
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
     h.respond(s, CDS, "1", "n1", vec![cluster("c1"), cluster_v("c1", 5)]);
     assert_eq!(changed_error(&h.expect_notify()).kind, ErrorKind::Invalid);
@@ -367,7 +363,7 @@ fn duplicate_names_in_one_response_are_nacked() {
 #[test]
 fn nack_detail_is_kept_under_8_kib_for_many_invalid_resources() {
     let mut h = Harness::new();
-    h.watch(CDS, "c0");
+    h.watch::<Cds>("c0");
     let s = h.connect_first(CDS, &["c0"]);
     let bad: Vec<_> = (0..2000)
         .map(|i| fixtures::invalid_cluster(&format!("cluster-{i}")))
@@ -381,7 +377,7 @@ fn nack_detail_is_kept_under_8_kib_for_many_invalid_resources() {
 #[test]
 fn response_that_is_not_a_discovery_response_fails_the_stream() {
     let mut h = Harness::new();
-    let w = h.watch(LDS, "l1");
+    let w = h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
     h.event(Event::ResponseReceived {
         stream: s,
@@ -405,7 +401,7 @@ fn response_that_is_not_a_discovery_response_fails_the_stream() {
 #[test]
 fn response_for_an_unknown_or_unrequested_type_is_ignored() {
     let mut h = Harness::new();
-    h.watch(LDS, "l1");
+    h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
     h.respond(s, "type.googleapis.com/some.Unknown", "1", "x", vec![]);
     h.respond(s, CDS, "1", "y", vec![cluster("c1")]);
@@ -417,17 +413,17 @@ fn response_for_an_unknown_or_unrequested_type_is_ignored() {
 #[test]
 fn at_most_one_request_is_outstanding_and_queued_changes_merge() {
     let mut h = Harness::new();
-    let w1 = h.watch(CDS, "c1");
+    let w1 = h.watch::<Cds>("c1");
     let s = h.expect_start();
     assert_eq!(
         h.expect_request(s),
         Req::new(CDS, &["c1"], "", "").with_node()
     );
     // Not yet sent: these changes must wait and merge.
-    let _w2 = h.watch(CDS, "c2");
-    let _w3 = h.watch(CDS, "c3");
+    let _w2 = h.watch::<Cds>("c2");
+    let _w3 = h.watch::<Cds>("c3");
     h.cancel(w1);
-    h.watch(EDS, "e1");
+    h.watch::<Eds>("e1");
     h.expect_nothing();
     h.started(s);
     h.sent(s);
@@ -442,13 +438,13 @@ fn at_most_one_request_is_outstanding_and_queued_changes_merge() {
 #[test]
 fn unsubscribe_and_resubscribe_during_an_in_flight_send_gives_one_request() {
     let mut h = Harness::new();
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
     // In flight: drop c2 and take it again before the transport sends.
     h.cancel(w2);
-    h.watch(CDS, "c2");
+    h.watch::<Cds>("c2");
     h.expect_nothing();
     h.sent(s);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
@@ -457,9 +453,9 @@ fn unsubscribe_and_resubscribe_during_an_in_flight_send_gives_one_request() {
 #[test]
 fn acks_for_several_types_queue_behind_the_outstanding_send() {
     let mut h = Harness::new();
-    h.watch(LDS, "l1");
+    h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", ""));
     // Still outstanding: two responses arrive.
     h.respond(s, LDS, "1", "a", vec![listener("l1", "r1")]);
@@ -476,9 +472,9 @@ fn acks_for_several_types_queue_behind_the_outstanding_send() {
 #[test]
 fn last_watch_of_a_type_sends_an_empty_list_when_other_types_remain() {
     let mut h = Harness::new();
-    h.watch(LDS, "l1");
+    h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
-    let wc = h.watch(CDS, "c1");
+    let wc = h.watch::<Cds>("c1");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "", ""));
     h.sent(s);
     h.cancel(wc);
@@ -496,7 +492,7 @@ fn cancelling_the_last_watch_closes_the_stream_without_an_unsubscribe() {
         vec![
             Action::CloseStream { stream: s },
             Action::DropChannel {
-                server: xds_proto_core::ServerId(0)
+                server: xds_proto_core::ServerId::from_raw(0)
             }
         ]
     );
@@ -504,7 +500,7 @@ fn cancelling_the_last_watch_closes_the_stream_without_an_unsubscribe() {
     // Events for the closed stream are ignored; a new watch opens a new stream from scratch.
     h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
     h.expect_nothing();
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let s2 = h.expect_start();
     assert_eq!(
         h.expect_request(s2),
@@ -515,9 +511,9 @@ fn cancelling_the_last_watch_closes_the_stream_without_an_unsubscribe() {
 #[test]
 fn nothing_reaches_a_cancelled_watcher() {
     let mut h = Harness::new();
-    let w1 = h.watch(CDS, "c1");
+    let w1 = h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
-    let w2 = h.watch(CDS, "c1");
+    let w2 = h.watch::<Cds>("c1");
     h.cancel(w1);
     h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
     let n = h.expect_notify();
@@ -534,9 +530,9 @@ fn nothing_reaches_a_cancelled_watcher() {
 #[test]
 fn stream_closed_before_any_response_is_a_connectivity_error_for_every_watcher() {
     let mut h = Harness::new();
-    let wl = h.watch(LDS, "l1");
+    let wl = h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
-    let wc = h.watch(CDS, "c1");
+    let wc = h.watch::<Cds>("c1");
     h.expect_request(s);
     h.close(s, Code::UNAVAILABLE, "connection refused");
     let mut seen = Vec::new();
@@ -579,7 +575,7 @@ fn stream_closed_after_a_response_reconnects_at_once_without_an_error() {
 #[test]
 fn backoff_grows_between_failing_attempts_and_resets_after_a_response() {
     let mut h = Harness::new();
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let mut s = h.expect_start();
     h.take();
     let mut base = 1.0f64;
@@ -636,7 +632,7 @@ fn connectivity_failure_with_cached_data_is_an_ambient_error() {
     );
     h.expect_nothing();
     // A new watcher gets the value, then the standing error.
-    let w2 = h.watch(CDS, "c1");
+    let w2 = h.watch::<Cds>("c1");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     value_of(&n);
@@ -649,14 +645,14 @@ fn connectivity_failure_with_cached_data_is_an_ambient_error() {
 #[test]
 fn connectivity_failure_without_cached_data_replaces_the_state() {
     let mut h = Harness::new();
-    let w = h.watch(LDS, "l1");
+    let w = h.watch::<Lds>("l1");
     h.connect_first(LDS, &["l1"]);
     h.connectivity_failure(0, "tls handshake failed");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
     assert_eq!(changed_error(&n).kind, ErrorKind::Connectivity);
     // A new watcher of another resource on the failing server hears of it at once.
-    let w2 = h.watch(LDS, "l2");
+    let w2 = h.watch::<Lds>("l2");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     assert!(
@@ -670,12 +666,12 @@ fn connectivity_failure_without_cached_data_replaces_the_state() {
 #[test]
 fn watch_while_in_backoff_waits_for_the_timer_and_gets_the_error_at_once() {
     let mut h = Harness::new();
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     let s = h.expect_start();
     h.take();
     h.close(s, Code::UNAVAILABLE, "refused");
     h.take();
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     assert_eq!(changed_error(&n).kind, ErrorKind::Connectivity);
@@ -696,8 +692,12 @@ fn a_response_clears_the_standing_connectivity_error() {
     h.take();
     h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
     h.take();
-    assert!(h.client.server_error(xds_proto_core::ServerId(0)).is_none());
-    h.watch(CDS, "c1");
+    assert!(
+        h.client
+            .server_error(xds_proto_core::ServerId::from_raw(0))
+            .is_none()
+    );
+    h.watch::<Cds>("c1");
     value_of(&h.expect_notify());
     h.expect_nothing();
 }
@@ -707,7 +707,7 @@ fn a_response_clears_the_standing_connectivity_error() {
 #[test]
 fn does_not_exist_fires_15_seconds_after_the_subscription_was_sent() {
     let mut h = Harness::new();
-    let w = h.watch(CDS, "missing");
+    let w = h.watch::<Cds>("missing");
     h.connect_first(CDS, &["missing"]);
     h.advance(Duration::from_millis(14_999));
     h.expect_nothing();
@@ -728,7 +728,7 @@ fn does_not_exist_fires_15_seconds_after_the_subscription_was_sent() {
         ResourceStatusKind::DoesNotExist
     );
     // A later watcher gets the does-not-exist state at once.
-    let w2 = h.watch(CDS, "missing");
+    let w2 = h.watch::<Cds>("missing");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     assert_eq!(changed_error(&n).kind, ErrorKind::DoesNotExist);
@@ -737,7 +737,7 @@ fn does_not_exist_fires_15_seconds_after_the_subscription_was_sent() {
 #[test]
 fn the_timer_does_not_start_while_the_request_is_not_yet_sent() {
     let mut h = Harness::new();
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let s = h.expect_start();
     h.expect_request(s);
     h.started(s);
@@ -754,7 +754,7 @@ fn the_timer_does_not_start_while_the_request_is_not_yet_sent() {
 #[test]
 fn the_timer_does_not_start_before_the_stream_is_established() {
     let mut h = Harness::new();
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let s = h.expect_start();
     h.expect_request(s);
     h.sent(s); // taken by the transport, but not yet on an established connection
@@ -772,7 +772,7 @@ fn the_timer_does_not_start_before_the_stream_is_established() {
 #[test]
 fn the_timer_is_cancelled_by_a_stream_failure_and_restarted_on_the_next_stream() {
     let mut h = Harness::new();
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
     h.advance(10 * SECOND);
     h.close(s, Code::UNAVAILABLE, "reset");
@@ -801,7 +801,7 @@ fn the_timer_is_cancelled_by_a_stream_failure_and_restarted_on_the_next_stream()
 #[test]
 fn the_timer_never_fires_while_the_channel_reports_a_failure() {
     let mut h = Harness::new();
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     h.connect_first(CDS, &["c1"]);
     h.advance(5 * SECOND);
     h.connectivity_failure(0, "unreachable");
@@ -828,7 +828,7 @@ fn the_timer_never_starts_for_a_cached_resource_on_a_new_stream() {
 fn only_uncached_resources_are_timed_on_a_new_stream() {
     let mut h = Harness::new();
     let (s, _) = with_cached_clusters(&mut h, &["c1"]);
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
     h.close(s, Code::UNAVAILABLE, "goaway");
     let s2 = h.expect_start();
@@ -847,9 +847,9 @@ fn only_uncached_resources_are_timed_on_a_new_stream() {
 #[test]
 fn a_resource_arriving_before_the_timer_cancels_it_and_one_arriving_after_replaces_the_error() {
     let mut h = Harness::new();
-    let w1 = h.watch(CDS, "c1");
+    let w1 = h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     h.expect_request(s);
     h.sent(s);
     h.advance(5 * SECOND);
@@ -875,14 +875,14 @@ fn a_resource_arriving_before_the_timer_cancels_it_and_one_arriving_after_replac
 fn a_resubscription_after_cancel_starts_a_fresh_timer() {
     let mut h = Harness::new();
     let (s, _) = with_cached_clusters(&mut h, &["c1"]);
-    let w2 = h.watch(CDS, "c2");
+    let w2 = h.watch::<Cds>("c2");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
     h.sent(s);
     h.advance(5 * SECOND);
     // Dropped and taken again while the unsubscribe is still outstanding.
     h.cancel(w2);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "1", "n1"));
-    let w3 = h.watch(CDS, "c2");
+    let w3 = h.watch::<Cds>("c2");
     h.expect_nothing();
     h.sent(s);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
@@ -905,7 +905,7 @@ fn a_transient_resource_timer_reports_unavailable_instead_of_does_not_exist() {
         r#""channel_creds": [{"type": "insecure"}], "server_features": ["resource_timer_is_transient_error"]"#,
     );
     let mut h = Harness::with_bootstrap(&json, |c| c.resource_timeout = Duration::from_secs(3));
-    h.watch(CDS, "c1");
+    h.watch::<Cds>("c1");
     h.connect_first(CDS, &["c1"]);
     h.advance(3 * SECOND);
     let n = h.expect_notify();
@@ -929,7 +929,7 @@ fn a_transient_timeout_is_timed_again_on_a_new_stream() {
         r#""channel_creds": [{"type": "insecure"}], "server_features": ["resource_timer_is_transient_error"]"#,
     );
     let mut h = Harness::with_bootstrap(&json, |c| c.resource_timeout = Duration::from_secs(3));
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let s1 = h.connect_first(CDS, &["c1"]);
     h.respond(s1, CDS, "1", "n1", vec![]);
     assert_eq!(h.expect_request(s1), Req::new(CDS, &["c1"], "1", "n1"));
@@ -974,18 +974,18 @@ fn a_transient_timeout_is_timed_again_on_a_new_stream() {
 #[test]
 fn a_type_unwatched_before_its_first_request_sends_no_empty_request() {
     let mut h = Harness::new();
-    h.watch(LDS, "l");
+    h.watch::<Lds>("l");
     let s = h.expect_start();
     assert_eq!(
         h.expect_request(s),
         Req::new(LDS, &["l"], "", "").with_node()
     );
-    let w = h.watch(CDS, "c"); // waits: the LDS request is outstanding
+    let w = h.watch::<Cds>("c"); // waits: the LDS request is outstanding
     h.cancel(w);
     h.started(s);
     h.sent(s);
     h.expect_nothing();
-    h.watch(CDS, "d");
+    h.watch::<Cds>("d");
     assert_eq!(h.expect_request(s), Req::new(CDS, &["d"], "", ""));
 }
 
@@ -1022,9 +1022,9 @@ fn missing_cds_resource_is_an_ambient_not_found_by_default_and_the_cache_is_kept
 #[test]
 fn missing_lds_resource_is_dropped_under_fail_on_data_errors() {
     let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
-    let w1 = h.watch(LDS, "l1");
+    let w1 = h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
-    let w2 = h.watch(LDS, "l2");
+    let w2 = h.watch::<Lds>("l2");
     h.expect_request(s);
     h.sent(s);
     h.respond(
@@ -1081,13 +1081,9 @@ fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
     struct Greeting;
     impl XdsResourceType for Greeting {
         type Value = String;
-        fn type_url(&self) -> &'static str {
-            "type.googleapis.com/google.protobuf.StringValue"
-        }
-        fn all_resources_required_in_sotw(&self) -> bool {
-            false
-        }
-        fn decode(&self, bytes: &[u8]) -> Result<(String, String), DecodeError> {
+        const TYPE_URL: &'static str = "type.googleapis.com/google.protobuf.StringValue";
+        const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+        fn decode(bytes: &[u8]) -> Result<(String, String), DecodeError> {
             use prost::Message;
             let v = xds_proto_core::pb::google::protobuf::StringValue::decode(bytes)
                 .map_err(|e| DecodeError::unnamed(e.to_string()))?;
@@ -1102,10 +1098,32 @@ fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
         }
     }
     const URL: &str = "type.googleapis.com/google.protobuf.StringValue";
+    /// Another Rust type claiming the same type URL.
+    struct Impostor;
+    impl XdsResourceType for Impostor {
+        type Value = u32;
+        const TYPE_URL: &'static str = URL;
+        const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+        fn decode(_: &[u8]) -> Result<(String, u32), DecodeError> {
+            Err(DecodeError::unnamed("never registered"))
+        }
+    }
     let mut h = Harness::new();
-    h.client.register_type(Greeting).unwrap();
-    assert!(h.client.register_type(Greeting).is_err());
-    let w = h.watch(URL, "hello");
+    assert_eq!(
+        h.client.watch::<Greeting>("hello"),
+        Err(WatchError::UnknownType(URL.to_string())),
+        "an unregistered type is refused"
+    );
+    h.client.register_type::<Greeting>().unwrap();
+    assert!(h.client.register_type::<Greeting>().is_err());
+    assert!(h.client.register_type::<Impostor>().is_err());
+    assert_eq!(
+        h.client.watch::<Impostor>("hello"),
+        Err(WatchError::UnknownType(URL.to_string())),
+        "a type URL registered by another Rust type is refused, so values always read back typed"
+    );
+    assert!(h.take().is_empty());
+    let w = h.watch::<Greeting>("hello");
     let s = h.connect_first(URL, &["hello"]);
     let greeting = |v: &str| {
         any(
@@ -1118,10 +1136,7 @@ fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
     h.respond(s, URL, "1", "a", vec![greeting("hello=world")]);
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
-    assert_eq!(
-        value_of(&n).downcast_ref::<String>().map(String::as_str),
-        Some("world")
-    );
+    assert_eq!(n.value::<Greeting>().map(String::as_str), Some("world"));
     assert_eq!(h.expect_request(s), Req::new(URL, &["hello"], "1", "a"));
     h.sent(s);
     h.respond(s, URL, "2", "b", vec![greeting("hello=")]);
@@ -1135,9 +1150,9 @@ fn a_user_defined_resource_type_is_watched_like_a_built_in_one() {
 #[test]
 fn missing_rds_and_eds_resources_are_not_deletions() {
     let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
-    h.watch(RDS, "r1");
+    h.watch::<Rds>("r1");
     let s = h.connect_first(RDS, &["r1"]);
-    h.watch(RDS, "r2");
+    h.watch::<Rds>("r2");
     h.expect_request(s);
     h.sent(s);
     h.respond(
@@ -1196,7 +1211,7 @@ fn transient_server_error_for_an_uncached_resource_cancels_the_timer() {
         Code(99),
     ] {
         let mut h = Harness::new();
-        let w = h.watch(CDS, "c1");
+        let w = h.watch::<Cds>("c1");
         let s = h.connect_first(CDS, &["c1"]);
         respond_errors(
             &mut h,
@@ -1258,7 +1273,7 @@ fn transient_server_error_for_a_cached_resource_is_ambient_and_keeps_the_value()
 #[test]
 fn not_found_for_an_uncached_resource_is_does_not_exist_at_once() {
     let mut h = Harness::new();
-    let w = h.watch(LDS, "l1");
+    let w = h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
     respond_errors(
         &mut h,
@@ -1324,7 +1339,7 @@ fn data_errors_on_cached_resources_drop_the_cache_under_fail_on_data_errors() {
 #[test]
 fn a_server_error_is_remembered_until_the_resource_arrives() {
     let mut h = Harness::new();
-    h.watch(LDS, "l1");
+    h.watch::<Lds>("l1");
     let s = h.connect_first(LDS, &["l1"]);
     respond_errors(
         &mut h,
@@ -1339,17 +1354,14 @@ fn a_server_error_is_remembered_until_the_resource_arrives() {
     h.respond(s, LDS, "3", "n3", vec![]);
     assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "3", "n3"));
     h.sent(s);
-    let w2 = h.watch(LDS, "l1");
+    let w2 = h.watch::<Lds>("l1");
     let n = h.expect_notify();
     assert_eq!(n.watcher, w2);
     assert_eq!(changed_error(&n).status.code, Code::PERMISSION_DENIED);
     // Then the resource arrives and replaces the error.
     h.respond(s, LDS, "4", "n4", vec![listener("l1", "r1")]);
     assert_eq!(
-        value_of(&h.expect_notify())
-            .downcast_ref::<ListenerResource>()
-            .unwrap()
-            .name,
+        value_of(&h.expect_notify()).get::<Lds>().unwrap().name,
         "l1"
     );
     h.expect_notify();
@@ -1362,7 +1374,7 @@ fn a_server_error_is_remembered_until_the_resource_arrives() {
 #[test]
 fn resource_errors_with_an_empty_name_or_an_ok_status_make_the_response_a_nack() {
     let mut h = Harness::new();
-    let w = h.watch(CDS, "c1");
+    let w = h.watch::<Cds>("c1");
     let s = h.connect_first(CDS, &["c1"]);
     respond_errors(
         &mut h,
@@ -1392,7 +1404,7 @@ fn csds_reports_every_state_with_versions_raw_bytes_and_errors() {
     use xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
     let mut h = Harness::new();
     let (s, _) = with_cached_clusters(&mut h, &["good"]);
-    h.watch(CDS, "pending");
+    h.watch::<Cds>("pending");
     h.expect_request(s);
     h.sent(s);
     let acked_at = h.now;

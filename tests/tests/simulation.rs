@@ -10,6 +10,7 @@
 //!   the first 200 must fail on the does-not-exist timer rule.
 
 use std::time::{Duration, Instant as WallClock};
+use xds_proto_core::{Cds, Lds};
 
 use xds_proto_tests::sim::{self, SimOptions};
 
@@ -166,16 +167,16 @@ fn seed_364_transient_timeout_is_retimed() {
 fn unsubscribed_name_loses_its_pending_timer_start() {
     use xds_proto_tests::{CDS, Harness, LDS, Req};
     let mut h = Harness::new();
-    h.watch(CDS, "a");
+    h.watch::<Cds>("a");
     let s = h.connect_first(CDS, &["a"]);
-    h.watch(LDS, "l");
+    h.watch::<Lds>("l");
     assert_eq!(h.expect_request(s), Req::new(LDS, &["l"], "", "")); // outstanding
-    let wx = h.watch(CDS, "x");
+    let wx = h.watch::<Cds>("x");
     h.cancel(wx);
-    h.watch(CDS, "y");
+    h.watch::<Cds>("y");
     h.sent(s);
     assert_eq!(h.expect_request(s), Req::new(CDS, &["a", "y"], "", "")); // does not name x
-    let wx2 = h.watch(CDS, "x");
+    let wx2 = h.watch::<Cds>("x");
     h.sent(s); // [a, y] is sent; the request naming x is now outstanding, and stays so
     assert_eq!(h.expect_request(s), Req::new(CDS, &["a", "x", "y"], "", ""));
     h.advance(Duration::from_secs(16));
@@ -211,7 +212,7 @@ fn switching_back_from_fallback_keeps_the_primarys_timer() {
       "node": {"id": "n"}
     }"#;
     let mut h = Harness::with_bootstrap(json, |_| {});
-    let w = h.watch(CDS, "x");
+    let w = h.watch::<Cds>("x");
     let primary = h.expect_start();
     assert_eq!(
         h.expect_request(primary),

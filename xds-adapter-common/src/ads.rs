@@ -281,7 +281,7 @@ mod tests {
         let mut body = RequestStream {
             requests,
             reports: reports_tx,
-            stream: StreamId(7),
+            stream: StreamId::from_raw(7),
             started: false,
         };
         queue.unbounded_send(request("a")).unwrap();
@@ -318,7 +318,7 @@ mod tests {
         let mut body = RequestStream {
             requests,
             reports: reports_tx,
-            stream: StreamId(1),
+            stream: StreamId::from_raw(1),
             started: false,
         };
         assert!(body.next().now_or_never().is_none());

@@ -13,9 +13,8 @@ use xds_proto_core::bootstrap::BootstrapError;
 use xds_proto_core::client::DuplicateTypeError;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
-use xds_proto_core::resource::DecodeError;
 use xds_proto_core::{
-    Bootstrap, ClientConfig, ResourceSnapshot, WatchError, XdsClient, XdsResourceType,
+    Bootstrap, ResourceSnapshot, WatchError, XdsClient, XdsClientConfig, XdsResourceType,
 };
 
 use crate::driver::{Command, Driver};
@@ -79,29 +78,9 @@ impl From<WatchError> for Error {
 /// pool can register the same types on every instance it creates.
 type Registration = Arc<dyn Fn(&mut XdsClient) -> Result<(), DuplicateTypeError> + Send + Sync>;
 
-/// A registered type shared by every core a builder (or a pool) creates: the core takes
-/// its types by value, so each core gets this thin handle on the one instance.
-struct SharedType<T>(Arc<T>);
-
-impl<T: XdsResourceType> XdsResourceType for SharedType<T> {
-    type Value = T::Value;
-
-    fn type_url(&self) -> &'static str {
-        self.0.type_url()
-    }
-
-    fn all_resources_required_in_sotw(&self) -> bool {
-        self.0.all_resources_required_in_sotw()
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<(String, T::Value), DecodeError> {
-        self.0.decode(bytes)
-    }
-}
-
 /// Configures and starts a [`Client`], or a [`ClientPool`] of per-target clients.
 pub struct ClientBuilder<R> {
-    config: ClientConfig,
+    config: XdsClientConfig,
     settings: TransportSettings,
     seed: Option<u64>,
     registrations: Vec<Registration>,
@@ -136,7 +115,7 @@ impl<R: Runtime> ClientBuilder<R> {
     /// default transport settings (64 MiB messages, 20 s connect timeout).
     pub fn new(bootstrap: impl Into<Arc<Bootstrap>>) -> ClientBuilder<R> {
         ClientBuilder {
-            config: ClientConfig::new(bootstrap),
+            config: XdsClientConfig::new(bootstrap),
             settings: TransportSettings::default(),
             seed: None,
             registrations: Vec::new(),
@@ -188,13 +167,10 @@ impl<R: Runtime> ClientBuilder<R> {
         self
     }
 
-    /// Adds a user-defined resource type, watchable with [`Client::watch_with`].
-    pub fn register_type<T: XdsResourceType>(mut self, ty: T) -> Self {
-        let ty = Arc::new(ty);
+    /// Adds a user-defined resource type, watchable with [`Client::watch::<T>`](Client::watch).
+    pub fn register_type<T: XdsResourceType>(mut self) -> Self {
         self.registrations
-            .push(Arc::new(move |core: &mut XdsClient| {
-                core.register_type(SharedType(ty.clone()))
-            }));
+            .push(Arc::new(|core: &mut XdsClient| core.register_type::<T>()));
         self
     }
 
@@ -205,7 +181,7 @@ impl<R: Runtime> ClientBuilder<R> {
     }
 
     /// The core configuration, for settings without a dedicated method.
-    pub fn config_mut(&mut self) -> &mut ClientConfig {
+    pub fn config_mut(&mut self) -> &mut XdsClientConfig {
         &mut self.config
     }
 
@@ -236,7 +212,7 @@ impl<R: Runtime> ClientBuilder<R> {
         Ok(ClientPool::new(self, rt, seed))
     }
 
-    pub(crate) fn config_ref(&self) -> &ClientConfig {
+    pub(crate) fn config_ref(&self) -> &XdsClientConfig {
         &self.config
     }
 
@@ -371,52 +347,24 @@ impl<R> Client<R> {
     /// # Errors
     /// [`Error::Watch`] when the core refuses the name (unknown type or authority),
     /// [`Error::Shutdown`] when the client has stopped.
-    pub async fn watch<T: XdsResourceType + Default>(
-        &self,
-        name: &str,
-    ) -> Result<WatchStream<T::Value>, Error> {
-        self.watch_with(&T::default(), name).await
-    }
-
-    /// Like [`watch`](Self::watch), for a type given by value.
-    ///
-    /// # Errors
-    /// As for [`watch`](Self::watch).
-    pub async fn watch_with<T: XdsResourceType>(
-        &self,
-        ty: &T,
-        name: &str,
-    ) -> Result<WatchStream<T::Value>, Error> {
-        Ok(WatchStream::new(
-            self.watch_type_url(ty.type_url(), name).await?,
-        ))
-    }
-
-    /// Watches a resource by type URL; the stream yields the core's untyped events.
-    ///
-    /// # Errors
-    /// As for [`watch`](Self::watch).
-    pub async fn watch_type_url(
-        &self,
-        type_url: &str,
-        name: &str,
-    ) -> Result<RawWatchStream, Error> {
+    pub async fn watch<T: XdsResourceType>(&self, name: &str) -> Result<WatchStream<T>, Error> {
         let (events_tx, events) = mpsc::unbounded();
         let (reply, answer) = oneshot::channel();
         self.send(Command::Watch {
-            type_url: type_url.to_string(),
+            type_url: T::TYPE_URL,
+            watch: XdsClient::watch::<T>,
             name: name.to_string(),
             events: events_tx,
             reply,
         })?;
         let watcher = answer.await.map_err(|_| Error::Shutdown)??;
-        Ok(RawWatchStream::new(
+        Ok(WatchStream::new(RawWatchStream::new(
             events,
             self.inner.clone(),
             watcher,
-            type_url,
+            T::TYPE_URL,
             name,
-        ))
+        )))
     }
 
     /// Every watched resource's state, ordered by type, then name.

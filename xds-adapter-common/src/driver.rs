@@ -135,7 +135,9 @@ pub enum ChannelEvent {
 /// A command from a handle to the driver.
 pub(crate) enum Command {
     Watch {
-        type_url: String,
+        type_url: &'static str,
+        /// `XdsClient::watch::<T>` of the watched type.
+        watch: fn(&mut XdsClient, &str) -> Result<WatcherId, WatchError>,
         name: String,
         events: UnboundedSender<WatchEvent>,
         reply: oneshot::Sender<Result<WatcherId, WatchError>>,
@@ -240,7 +242,7 @@ impl<R: Runtime> Driver<R> {
             match input {
                 Input::Task(message) => self.on_task_message(message, now),
                 Input::Command(Command::Shutdown(reply)) => break Some(reply),
-                Input::Command(command) => self.on_command(command, now),
+                Input::Command(command) => self.on_command(command),
                 Input::Timer(deadline) => {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
@@ -273,20 +275,21 @@ impl<R: Runtime> Driver<R> {
             .retain(|s| s.unbounded_send(event.clone()).is_ok());
     }
 
-    fn on_command(&mut self, command: Command, now: Instant) {
+    fn on_command(&mut self, command: Command) {
         match command {
             Command::Watch {
                 type_url,
+                watch,
                 name,
                 events,
                 reply,
-            } => match self.core.watch(&type_url, &name, now) {
+            } => match watch(&mut self.core, &name) {
                 Ok(id) => {
-                    tracing::debug!(type_url = %type_url, resource = %name, watcher = id.0, "watch");
+                    tracing::debug!(type_url = %type_url, resource = %name, watcher = %id, "watch");
                     if reply.send(Ok(id)).is_ok() {
                         self.watchers.insert(id, events);
                     } else {
-                        self.core.cancel_watch(id, now);
+                        self.core.cancel_watch(id);
                     }
                 }
                 Err(e) => {
@@ -295,8 +298,8 @@ impl<R: Runtime> Driver<R> {
             },
             Command::Cancel(id) => {
                 if self.watchers.remove(&id).is_some() {
-                    tracing::debug!(watcher = id.0, "cancel watch");
-                    self.core.cancel_watch(id, now);
+                    tracing::debug!(watcher = %id, "cancel watch");
+                    self.core.cancel_watch(id);
                 }
             }
             Command::Snapshot(reply) => {
@@ -315,8 +318,11 @@ impl<R: Runtime> Driver<R> {
             Command::ServerErrors(reply) => {
                 let mut out = Vec::new();
                 let mut i = 0;
-                while let Some(config) = self.core.server_config(ServerId(i)) {
-                    let error = self.core.server_error(ServerId(i)).map(|e| e.to_string());
+                while let Some(config) = self.core.server_config(ServerId::from_raw(i)) {
+                    let error = self
+                        .core
+                        .server_error(ServerId::from_raw(i))
+                        .map(|e| e.to_string());
                     out.push((Arc::from(config.server_uri.as_str()), error));
                     i += 1;
                 }
@@ -458,7 +464,7 @@ impl<R: Runtime> Driver<R> {
             } => {
                 let server_uri: Arc<str> = Arc::from(config.server_uri.as_str());
                 let span =
-                    tracing::info_span!("xds_ads_stream", server = %server_uri, stream = stream.0);
+                    tracing::info_span!("xds_ads_stream", server = %server_uri, stream = %stream);
                 span.in_scope(|| tracing::debug!("opening ADS stream"));
                 let slot = self.channels.entry(server).or_default().clone();
                 let (requests_tx, requests) = mpsc::unbounded();
@@ -527,7 +533,7 @@ impl<R: Runtime> Driver<R> {
                 }
             }
             Action::DropChannel { server } => {
-                tracing::debug!(server = server.0, "dropping channel");
+                tracing::debug!(server = %server, "dropping channel");
                 self.channels.remove(&server);
                 self.publish(ChannelEvent::ChannelDropped { server });
             }
@@ -537,14 +543,15 @@ impl<R: Runtime> Driver<R> {
                 let _enter = span.enter();
                 match &n.event {
                     WatchEvent::Changed(Ok(_)) => {
-                        tracing::debug!(watcher = n.watcher.0, "resource changed")
+                        tracing::debug!(watcher = %n.watcher, "resource changed")
                     }
                     WatchEvent::Changed(Err(e)) => {
-                        tracing::info!(watcher = n.watcher.0, kind = ?e.kind, error = %e, "resource error")
+                        tracing::info!(watcher = %n.watcher, kind = ?e.kind, error = %e, "resource error")
                     }
                     WatchEvent::AmbientError(e) => {
-                        tracing::info!(watcher = n.watcher.0, kind = ?e.kind, error = %e, "ambient error")
+                        tracing::info!(watcher = %n.watcher, kind = ?e.kind, error = %e, "ambient error")
                     }
+                    other => tracing::debug!(watcher = %n.watcher, event = ?other, "watch event"),
                 }
                 if let Some(sender) = self.watchers.get(&n.watcher)
                     && sender.unbounded_send(n.event).is_err()
@@ -553,6 +560,7 @@ impl<R: Runtime> Driver<R> {
                     self.watchers.remove(&n.watcher);
                 }
             }
+            other => tracing::warn!(action = ?other, "action this driver does not know; ignored"),
         }
     }
 

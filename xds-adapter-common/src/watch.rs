@@ -1,7 +1,6 @@
 //! The streams a client hands out: typed and untyped watch streams (dropping one
 //! cancels its watch) and the stream of channel events.
 
-use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -10,7 +9,7 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use futures::channel::mpsc::UnboundedReceiver;
-use xds_proto_core::{Code, ErrorKind, Status, WatchEvent, WatcherId, XdsError};
+use xds_proto_core::{WatchEvent, WatcherId, XdsError, XdsResourceType};
 
 use crate::client::Inner;
 use crate::driver::{ChannelEvent, Command};
@@ -125,18 +124,19 @@ impl Drop for RawWatchStream {
     }
 }
 
-/// A typed watch of one resource: yields [`WatchUpdate`]s until the client shuts
-/// down. Dropping it cancels the watch.
-pub struct WatchStream<V> {
+/// A typed watch of one resource of type `T` (`WatchStream<Cds>`): yields
+/// [`WatchUpdate`]s of `T`'s value until the client shuts down. Dropping it cancels
+/// the watch.
+pub struct WatchStream<T> {
     raw: RawWatchStream,
-    _value: PhantomData<fn() -> V>,
+    _type: PhantomData<fn() -> T>,
 }
 
-impl<V> WatchStream<V> {
-    pub(crate) fn new(raw: RawWatchStream) -> WatchStream<V> {
+impl<T: XdsResourceType> WatchStream<T> {
+    pub(crate) fn new(raw: RawWatchStream) -> WatchStream<T> {
         WatchStream {
             raw,
-            _value: PhantomData,
+            _type: PhantomData,
         }
     }
 
@@ -156,39 +156,35 @@ impl<V> WatchStream<V> {
     }
 }
 
-impl<V> fmt::Debug for WatchStream<V> {
+impl<T> fmt::Debug for WatchStream<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("WatchStream").field(&self.raw).finish()
     }
 }
 
-impl<V: Any + Send + Sync> Stream for WatchStream<V> {
-    type Item = WatchUpdate<V>;
+impl<T: XdsResourceType> Stream for WatchStream<T> {
+    type Item = WatchUpdate<T::Value>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchUpdate<V>>> {
-        let event = match Pin::new(&mut self.raw).poll_next(cx) {
-            Poll::Ready(Some(event)) => event,
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
-        };
-        Poll::Ready(Some(match event {
-            WatchEvent::Changed(Ok(value)) => match value.downcast_arc::<V>() {
-                Some(v) => WatchUpdate::Changed(Ok(v)),
-                None => WatchUpdate::Changed(Err(XdsError {
-                    kind: ErrorKind::Invalid,
-                    status: Status::new(
-                        Code::INTERNAL,
-                        format!(
-                            "the value of {:?} is not a {} (watched with the wrong type)",
-                            self.raw.name,
-                            std::any::type_name::<V>()
-                        ),
-                    ),
-                })),
-            },
-            WatchEvent::Changed(Err(e)) => WatchUpdate::Changed(Err(e)),
-            WatchEvent::AmbientError(e) => WatchUpdate::AmbientError(e),
-        }))
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<WatchUpdate<T::Value>>> {
+        loop {
+            let event = match Pin::new(&mut self.raw).poll_next(cx) {
+                Poll::Ready(Some(event)) => event,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            };
+            if let WatchEvent::AmbientError(e) = event {
+                return Poll::Ready(Some(WatchUpdate::AmbientError(e)));
+            }
+            // The core only accepts `watch::<T>` when `T` itself registered the type
+            // URL, so every value of this watch is `T::Value`.
+            match event.changed::<T>() {
+                Some(changed) => return Poll::Ready(Some(WatchUpdate::Changed(changed))),
+                None => debug_assert!(false, "a value of another type: {event:?}"),
+            }
+        }
     }
 }
 

@@ -39,7 +39,7 @@ use xds_adapter_tokio::xds_proto_core::resource::route::{
     ClusterSpecifier, DomainPattern, PathMatcher, RouteAction, RouteConfigResource,
 };
 use xds_adapter_tokio::xds_proto_core::resource::{ClusterResource, ClusterType};
-use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, XdsError};
+use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, StreamId, XdsError, XdsResourceType};
 use xds_adapter_tokio::{
     Bootstrap, Cds, ChannelEvent, Client, ClientPool, CsdsServer, Eds, Lds, Rds, WatchStream,
     WatchUpdate, load_bootstrap_from_env,
@@ -165,10 +165,10 @@ struct Update {
     event: Result<Resource, (bool, XdsError)>,
 }
 
-fn tag<V: Send + Sync + 'static>(
-    stream: WatchStream<V>,
+fn tag<T: XdsResourceType>(
+    stream: WatchStream<T>,
     kind: Kind,
-    wrap: fn(Arc<V>) -> Resource,
+    wrap: fn(Arc<T::Value>) -> Resource,
 ) -> BoxStream<'static, Update> {
     let name = stream.name().to_string();
     stream
@@ -621,7 +621,7 @@ struct Printer {
     lost: bool,
     /// Streams that started (a stream that never did failed to connect, which the
     /// connect failure already reported).
-    started: BTreeSet<u64>,
+    started: BTreeSet<StreamId>,
     /// The last error printed per resource, until a value arrives.
     last_error: HashMap<(Kind, String), String>,
 }
@@ -655,6 +655,7 @@ impl Printer {
                     ErrorKind::DeletionIgnored => "deleted by the server; cached value kept",
                     ErrorKind::Connectivity => "no value yet, server unreachable",
                     ErrorKind::ServerReported => "RESOURCE ERROR from the server",
+                    _ => "ERROR",
                 };
                 let keep = if *ambient {
                     " (the last good value stays in use)"
@@ -676,11 +677,7 @@ impl Printer {
             ChannelEvent::StreamRequested {
                 server_uri, stream, ..
             } if self.verbose || !self.lost => {
-                say!(
-                    "{} server {server_uri}: opening ADS stream {}",
-                    stamp(),
-                    stream.0
-                )
+                say!("{} server {server_uri}: opening ADS {stream}", stamp(),)
             }
             ChannelEvent::Connecting { server_uri, .. } if self.verbose => {
                 say!("{} server {server_uri}: connecting", stamp())
@@ -696,7 +693,7 @@ impl Printer {
                 );
             }
             ChannelEvent::StreamStarted { stream, .. } => {
-                self.started.insert(stream.0);
+                self.started.insert(*stream);
             }
             ChannelEvent::ConnectFailed {
                 server_uri, reason, ..
@@ -720,7 +717,7 @@ impl Printer {
                 status,
                 ..
             } => {
-                if !self.started.remove(&stream.0) {
+                if !self.started.remove(stream) {
                     return; // never started: the connect failure said why
                 }
                 if status.code != Code::OK && !self.lost {

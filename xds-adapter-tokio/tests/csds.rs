@@ -9,7 +9,7 @@ use futures::StreamExt;
 use prost::Message;
 use xds_adapter_tokio::xds_proto_core::pb::google::protobuf::Any as CoreAny;
 use xds_adapter_tokio::xds_proto_core::resource::type_url;
-use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind};
+use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, XdsResourceType};
 use xds_adapter_tokio::{
     Bootstrap, Cds, ClientPool, CsdsServer, Lds, STREAM_CLIENT_STATUS_METHOD, WatchStream,
     WatchUpdate,
@@ -35,7 +35,7 @@ const BETA: &str = "xds:///beta.example";
 
 type CsdsClient = ClientStatusDiscoveryServiceClient<tonic::transport::Channel>;
 
-async fn next<V: Send + Sync + 'static>(watch: &mut WatchStream<V>) -> WatchUpdate<V> {
+async fn next<T: XdsResourceType>(watch: &mut WatchStream<T>) -> WatchUpdate<T::Value> {
     let name = watch.name().to_string();
     tokio::time::timeout(PROMPT, watch.next())
         .await

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use xds_adapter_tokio::xds_proto_core::backoff::BackoffConfig;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::ClientStatusResponse;
-use xds_adapter_tokio::xds_proto_core::resource::{ClusterResource, type_url};
+use xds_adapter_tokio::xds_proto_core::resource::type_url;
 use xds_adapter_tokio::{Bootstrap, Cds, Client, ClientPool, WatchStream, WatchUpdate};
 use xds_test_server::resources::{cluster, cluster_with};
 use xds_test_server::{LoopbackServer, RequestKind};
@@ -44,7 +44,7 @@ struct Recorded {
 }
 
 impl Recorded {
-    fn new(label: &str, mut stream: WatchStream<ClusterResource>) -> Recorded {
+    fn new(label: &str, mut stream: WatchStream<Cds>) -> Recorded {
         let (tx, log) = watch::channel(Vec::new());
         let task = tokio::spawn(async move {
             while let Some(update) = stream.next().await {

@@ -17,7 +17,7 @@ use xds_test_server::resources::cluster_with;
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 const PROMPT: Duration = Duration::from_secs(10);
 
-async fn next<V: Send + Sync + 'static>(watch: &mut WatchStream<V>) -> WatchUpdate<V> {
+async fn next<T: XdsResourceType>(watch: &mut WatchStream<T>) -> WatchUpdate<T::Value> {
     let name = watch.name().to_string();
     tokio::time::timeout(PROMPT, watch.next())
         .await
@@ -154,15 +154,10 @@ const GREETING: &str = "type.googleapis.com/google.protobuf.StringValue";
 impl XdsResourceType for Greeting {
     type Value = String;
 
-    fn type_url(&self) -> &'static str {
-        GREETING
-    }
+    const TYPE_URL: &'static str = GREETING;
+    const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
 
-    fn all_resources_required_in_sotw(&self) -> bool {
-        false
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<(String, String), DecodeError> {
+    fn decode(bytes: &[u8]) -> Result<(String, String), DecodeError> {
         let v = StringValue::decode(bytes).map_err(|e| DecodeError::unnamed(e.to_string()))?;
         let (name, text) = v
             .value
@@ -191,12 +186,12 @@ async fn registered_types_apply_to_every_client_of_the_pool() {
     );
     let bootstrap = Bootstrap::from_json_str(&server.bootstrap_json("types-node", None)).unwrap();
     let pool = ClientPool::builder(bootstrap.clone())
-        .register_type(Greeting)
+        .register_type::<Greeting>()
         .build_pool()
         .unwrap();
     for target in ["xds:///a", "xds:///b"] {
         let client = pool.get_or_create(target);
-        let mut watch = client.watch_with(&Greeting, "hello").await.unwrap();
+        let mut watch = client.watch::<Greeting>("hello").await.unwrap();
         assert_eq!(
             next(&mut watch).await.value().map(|v| v.as_str()),
             Some("world"),
@@ -205,7 +200,7 @@ async fn registered_types_apply_to_every_client_of_the_pool() {
     }
 
     let clash = ClientPool::builder(bootstrap)
-        .register_type(Cds)
+        .register_type::<Cds>()
         .build_pool();
     assert!(matches!(clash, Err(Error::DuplicateType(_))), "{clash:?}");
     pool.shutdown().await;

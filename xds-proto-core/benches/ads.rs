@@ -38,7 +38,8 @@ use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
 use xds_proto_core::resource::type_url;
 use xds_proto_core::{
-    Action, Bootstrap, ClientConfig, Code, Event, Instant, Status, StreamId, XdsClient,
+    Action, Bootstrap, Cds, Code, Eds, Event, Instant, Status, StreamId, XdsClient,
+    XdsClientConfig, XdsResourceType,
 };
 
 struct CountingAlloc;
@@ -265,13 +266,13 @@ fn any_of(url: &str, m: &impl Message) -> Any {
 }
 
 /// A client watching `names` of `url`, on a connected stream with the subscription sent.
-fn subscribed_client(url: &str, names: &[String]) -> (XdsClient, StreamId) {
+fn subscribed_client<T: XdsResourceType>(names: &[String]) -> (XdsClient, StreamId) {
     let mut client = XdsClient::new(
-        ClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()),
+        XdsClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()),
         1,
     );
     for n in names {
-        client.watch(url, n, Instant::ZERO).unwrap();
+        client.watch::<T>(n).unwrap();
     }
     let mut stream = None;
     while let Some(a) = client.poll_action() {
@@ -319,7 +320,9 @@ fn deliver(client: &mut XdsClient, stream: StreamId, bytes: &Bytes) -> (usize, u
 /// W2: the 10k response again with one cluster changed (alternately two versions), on
 /// the client's current stream.
 fn w2_one_changed(client: &mut XdsClient, flip: &mut bool, [a, b]: [&Bytes; 2]) {
-    let stream = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
+    let stream = client
+        .current_stream(xds_proto_core::ServerId::from_raw(0))
+        .unwrap();
     *flip = !*flip;
     let (notes, reqs) = deliver(client, stream, if *flip { a } else { b });
     assert_eq!((notes, reqs), (1, 1));
@@ -328,7 +331,9 @@ fn w2_one_changed(client: &mut XdsClient, flip: &mut bool, [a, b]: [&Bytes; 2]) 
 /// W5: the stream ends after responses; the resubscription of all `n` names is built
 /// and the new stream's identical response is applied with no notification.
 fn w5_reconnect(client: &mut XdsClient, n: usize, current: &Bytes) {
-    let stream = client.current_stream(xds_proto_core::ServerId(0)).unwrap();
+    let stream = client
+        .current_stream(xds_proto_core::ServerId::from_raw(0))
+        .unwrap();
     client.handle_event(
         Instant::ZERO,
         Event::StreamClosed {
@@ -431,7 +436,7 @@ fn report_cluster_memory() {
     let raw_per_cluster = resources.iter().map(|a| a.value.len()).sum::<usize>() as f64 / n as f64;
     let bytes = response(type_url::CLUSTER, "1", "n1", resources);
     let response_len = bytes.len() as i64;
-    let (mut client, stream) = subscribed_client(type_url::CLUSTER, &names);
+    let (mut client, stream) = subscribed_client::<Cds>(&names);
     let watched = LIVE_BYTES.load(Ordering::Relaxed);
     deliver(&mut client, stream, &bytes);
     drop(bytes); // freed here but allocated before `watched`: added back below
@@ -475,7 +480,7 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("W1_first_delivery", |b| {
         b.iter_batched(
-            || subscribed_client(type_url::CLUSTER, &names),
+            || subscribed_client::<Cds>(&names),
             |(mut client, stream)| {
                 let (notes, reqs) = deliver(&mut client, stream, &w1);
                 assert_eq!((notes, reqs), (n, 1));
@@ -484,7 +489,7 @@ fn bench(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    let (mut client, stream) = subscribed_client(type_url::CLUSTER, &names);
+    let (mut client, stream) = subscribed_client::<Cds>(&names);
     deliver(&mut client, stream, &w1);
     let mut flip = false;
     g.bench_function("W2_one_changed", |b| {
@@ -502,7 +507,7 @@ fn bench(c: &mut Criterion) {
         rounds,
         || timed(|| floor_b::<cluster::Cluster>(&w1)),
         || {
-            let (mut client, stream) = subscribed_client(type_url::CLUSTER, &names);
+            let (mut client, stream) = subscribed_client::<Cds>(&names);
             let t = timed(|| deliver(&mut client, stream, &w1));
             drop(client);
             t
@@ -556,7 +561,7 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("1k_x_100/W3_first_delivery", |b| {
         b.iter_batched(
-            || subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, &eds_names),
+            || subscribed_client::<Eds>(&eds_names),
             |(mut client, stream)| {
                 assert_eq!(deliver(&mut client, stream, &w3), (1000, 1));
                 client
@@ -570,7 +575,7 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("1x100k/W3_first_delivery", |b| {
         b.iter_batched(
-            || subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, &big_name),
+            || subscribed_client::<Eds>(&big_name),
             |(mut client, stream)| {
                 assert_eq!(deliver(&mut client, stream, &w3_big), (1, 1));
                 client
@@ -588,8 +593,7 @@ fn bench(c: &mut Criterion) {
             9,
             || timed(|| floor_b::<endpoint::ClusterLoadAssignment>(bytes)),
             || {
-                let (mut client, stream) =
-                    subscribed_client(type_url::CLUSTER_LOAD_ASSIGNMENT, names);
+                let (mut client, stream) = subscribed_client::<Eds>(names);
                 let t = timed(|| assert_eq!(deliver(&mut client, stream, bytes), (count, 1)));
                 drop(client);
                 t

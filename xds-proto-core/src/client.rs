@@ -25,7 +25,7 @@ use crate::backoff::{Backoff, BackoffConfig};
 use crate::bootstrap::{Bootstrap, ServerConfig};
 use crate::names;
 use crate::pb::envoy::service::discovery::v3 as discovery;
-use crate::resource::{self, ErasedResourceType, ResourceValue, XdsResourceType};
+use crate::resource::{self, ResourceTypeInfo, ResourceValue, XdsResourceType};
 use crate::time::Instant;
 
 /// The upper bound of a NACK's `error_detail` message, in bytes.
@@ -34,17 +34,51 @@ pub const MAX_NACK_DETAIL_BYTES: usize = 8 * 1024;
 /// The default does-not-exist timeout (gRFC A57, the xDS protocol's 15 seconds).
 pub const DEFAULT_RESOURCE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Identifies one ADS stream. Never reused, so events for an old stream are ignored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StreamId(pub u64);
+/// Declares an opaque id type: a private integer with `Display`, raw access for logs
+/// and maps, and a `from_raw` for tests that forge a stale or unknown id.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($repr:ty), $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name($repr);
 
-/// Identifies one watch. Never reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WatcherId(pub u64);
+        impl $name {
+            /// The id with this raw value. The client hands out ids itself; this is for
+            /// tests and fuzzers that forge one it never issued.
+            pub const fn from_raw(raw: $repr) -> $name {
+                $name(raw)
+            }
 
-/// Identifies one xDS server (a distinct [`ServerConfig`]) of this client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ServerId(pub usize);
+            /// The raw value, for logs and keys.
+            pub const fn into_raw(self) -> $repr {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// Identifies one ADS stream. Never reused, so events for an old stream are ignored.
+    StreamId(u64),
+    "stream-"
+);
+id_type!(
+    /// Identifies one watch. Never reused.
+    WatcherId(u64),
+    "watcher-"
+);
+id_type!(
+    /// Identifies one xDS server (a distinct [`ServerConfig`]) of this client: the
+    /// servers are numbered from 0 in the order the client first uses them.
+    ServerId(usize),
+    "server-"
+);
 
 /// A gRPC status code, kept as its wire value so that codes unknown today survive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,8 +120,10 @@ impl Code {
     /// UNAUTHENTICATED.
     pub const UNAUTHENTICATED: Code = Code(16);
 
-    /// The canonical upper-case name, or `CODE(n)` for a value outside 0..=16.
-    pub fn name(self) -> String {
+    /// The canonical upper-case name; `UNKNOWN` for a value outside 0..=16 (as gRPC
+    /// maps codes it does not know). [`Display`](fmt::Display) shows such a value as
+    /// `CODE(n)`.
+    pub fn name(self) -> &'static str {
         const NAMES: [&str; 17] = [
             "OK",
             "CANCELLED",
@@ -110,13 +146,23 @@ impl Code {
         usize::try_from(self.0)
             .ok()
             .and_then(|i| NAMES.get(i))
-            .map_or_else(|| format!("CODE({})", self.0), |s| (*s).to_string())
+            .copied()
+            .unwrap_or("UNKNOWN")
+    }
+
+    /// Whether this is one of the 17 codes gRPC defines.
+    pub fn is_known(self) -> bool {
+        (0..=16).contains(&self.0)
     }
 }
 
 impl fmt::Display for Code {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name())
+        if self.is_known() {
+            f.write_str(self.name())
+        } else {
+            write!(f, "CODE({})", self.0)
+        }
     }
 }
 
@@ -145,7 +191,10 @@ impl fmt::Display for Status {
     }
 }
 
+impl std::error::Error for Status {}
+
 /// What kind of failure an [`XdsError`] reports, for programs that react to it.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// The resource does not exist: the timer fired, the server said NOT_FOUND, or a
@@ -183,6 +232,7 @@ impl fmt::Display for XdsError {
 impl std::error::Error for XdsError {}
 
 /// What a watcher is told (the gRFC A88 split).
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchEvent {
     /// The resource changed: a new value, or an error that replaces the old value
@@ -206,7 +256,48 @@ pub struct Notification {
     pub event: WatchEvent,
 }
 
+impl Notification {
+    /// Whether it is about a resource of type `T`.
+    pub fn is<T: XdsResourceType>(&self) -> bool {
+        self.type_url == T::TYPE_URL
+    }
+
+    /// The new value, when the event carries one and the watch is of type `T`.
+    pub fn value<T: XdsResourceType>(&self) -> Option<&T::Value> {
+        self.event.value::<T>()
+    }
+}
+
+impl WatchEvent {
+    /// The new value, when this is `Changed(Ok(_))` and the value is `T`'s.
+    pub fn value<T: XdsResourceType>(&self) -> Option<&T::Value> {
+        match self {
+            WatchEvent::Changed(Ok(v)) => v.get::<T>(),
+            _ => None,
+        }
+    }
+
+    /// A `Changed` event as `T`'s shared value or the error that replaces it; `None`
+    /// for an ambient error, or when the value is not `T`'s.
+    pub fn changed<T: XdsResourceType>(&self) -> Option<Result<Arc<T::Value>, XdsError>> {
+        match self {
+            WatchEvent::Changed(Ok(v)) => v.to_arc::<T>().map(Ok),
+            WatchEvent::Changed(Err(e)) => Some(Err(e.clone())),
+            WatchEvent::AmbientError(_) => None,
+        }
+    }
+
+    /// The error, replacing or ambient.
+    pub fn error(&self) -> Option<&XdsError> {
+        match self {
+            WatchEvent::Changed(Err(e)) | WatchEvent::AmbientError(e) => Some(e),
+            WatchEvent::Changed(Ok(_)) => None,
+        }
+    }
+}
+
 /// An input from the transport.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// The stream has been dispatched on an established connection to its server.
@@ -280,6 +371,13 @@ impl AdsRequest {
         }
     }
 
+    /// The wire form in a new buffer of exactly [`encoded_len`](Self::encoded_len) bytes.
+    pub fn encode_to_vec(&self) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(self.encoded_len());
+        self.encode(&mut buf);
+        buf
+    }
+
     /// The length of the wire form.
     pub fn encoded_len(&self) -> usize {
         use prost::encoding::message;
@@ -344,6 +442,7 @@ fn put_str_field(tag: u32, value: &str, buf: &mut impl bytes::BufMut) {
 }
 
 /// An output for the adapter.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Open an ADS stream (`StreamAggregatedResources`) to this server.
@@ -378,9 +477,10 @@ pub enum Action {
 }
 
 /// Why a watch could not be registered.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchError {
-    /// No resource type with this type URL is registered.
+    /// The type is not registered (or another type with its type URL is).
     UnknownType(String),
     /// The resource name is an `xdstp://` name whose authority is not in the bootstrap.
     UnknownAuthority {
@@ -427,7 +527,7 @@ impl std::error::Error for DuplicateTypeError {}
 
 /// The client's settings beyond the bootstrap.
 #[derive(Clone, Debug)]
-pub struct ClientConfig {
+pub struct XdsClientConfig {
     /// The parsed bootstrap.
     pub bootstrap: Arc<Bootstrap>,
     /// How long to wait for a subscribed resource before it is taken not to exist.
@@ -440,10 +540,10 @@ pub struct ClientConfig {
     pub user_agent_version: String,
 }
 
-impl ClientConfig {
+impl XdsClientConfig {
     /// The defaults (15 s resource timeout, gRPC backoff) for a bootstrap.
-    pub fn new(bootstrap: impl Into<Arc<Bootstrap>>) -> ClientConfig {
-        ClientConfig {
+    pub fn new(bootstrap: impl Into<Arc<Bootstrap>>) -> XdsClientConfig {
+        XdsClientConfig {
             bootstrap: bootstrap.into(),
             resource_timeout: DEFAULT_RESOURCE_TIMEOUT,
             backoff: BackoffConfig::default(),
@@ -454,6 +554,7 @@ impl ClientConfig {
 }
 
 /// A resource's state as CSDS reports it (`ClientResourceStatus`).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResourceStatusKind {
     /// Subscribed; nothing received yet.
@@ -788,9 +889,9 @@ impl ServerState {
 
 /// The xDS client state machine. See the module documentation for the drive loop.
 pub struct XdsClient {
-    config: ClientConfig,
+    config: XdsClientConfig,
     node: crate::pb::envoy::config::core::v3::Node,
-    types: Vec<Arc<dyn ErasedResourceType>>,
+    types: Vec<ResourceTypeInfo>,
     servers: Vec<ServerState>,
     authorities: Vec<AuthorityState>,
     resources: Vec<ResourceTable>,
@@ -819,7 +920,7 @@ impl fmt::Debug for XdsClient {
 
 impl XdsClient {
     /// A client with the built-in LDS/RDS/CDS/EDS types. `seed` drives backoff jitter.
-    pub fn new(config: ClientConfig, seed: u64) -> XdsClient {
+    pub fn new(config: XdsClientConfig, seed: u64) -> XdsClient {
         let node = config
             .bootstrap
             .node
@@ -855,13 +956,12 @@ impl XdsClient {
         self.planted_bug = on;
     }
 
-    /// Adds a user-defined resource type.
-    pub fn register_type<T: XdsResourceType>(&mut self, ty: T) -> Result<(), DuplicateTypeError> {
-        let url = XdsResourceType::type_url(&ty);
-        if self.type_index(url).is_some() {
-            return Err(DuplicateTypeError(url));
+    /// Adds a user-defined resource type, so that [`watch::<T>`](Self::watch) works for it.
+    pub fn register_type<T: XdsResourceType>(&mut self) -> Result<(), DuplicateTypeError> {
+        if self.type_index(T::TYPE_URL).is_some() {
+            return Err(DuplicateTypeError(T::TYPE_URL));
         }
-        self.types.push(Arc::new(ty));
+        self.types.push(ResourceTypeInfo::of::<T>());
         self.resources.push(ResourceTable::default());
         for server in &mut self.servers {
             server.types.push(ServerTypeState::default());
@@ -875,7 +975,7 @@ impl XdsClient {
     // ----- getters -----
 
     /// The configuration the client was built with.
-    pub fn config(&self) -> &ClientConfig {
+    pub fn config(&self) -> &XdsClientConfig {
         &self.config
     }
 
@@ -973,17 +1073,35 @@ impl XdsClient {
 
     // ----- inputs -----
 
-    /// Starts watching a resource. The watcher is told the current state at once if the
-    /// resource is already known, and of every change after.
-    pub fn watch(
-        &mut self,
-        type_url: &str,
-        name: &str,
-        now: Instant,
-    ) -> Result<WatcherId, WatchError> {
+    /// Starts watching the resource `name` of type `T`. The watcher is told the current
+    /// state at once if the resource is already known, and of every change after, through
+    /// [`Action::Notify`]; read the value with [`Notification::value::<T>`](Notification::value).
+    ///
+    /// ```
+    /// use xds_proto_core::{Action, Bootstrap, Cds, XdsClient, XdsClientConfig};
+    ///
+    /// let bootstrap = Bootstrap::from_json_str(r#"{
+    ///     "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
+    ///     "node": {"id": "my-node"}
+    /// }"#)?;
+    /// let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), 7);
+    /// let watcher = client.watch::<Cds>("my-cluster")?;
+    /// // The first watch on a server opens its ADS stream and subscribes the name.
+    /// assert!(matches!(client.poll_action(), Some(Action::StartStream { .. })));
+    /// match client.poll_action() {
+    ///     Some(Action::SendRequest { request, .. }) => {
+    ///         assert_eq!(&*request.resource_names[0], "my-cluster");
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// client.cancel_watch(watcher);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn watch<T: XdsResourceType>(&mut self, name: &str) -> Result<WatcherId, WatchError> {
         let t = self
-            .type_index(type_url)
-            .ok_or_else(|| WatchError::UnknownType(type_url.to_string()))?;
+            .type_index(T::TYPE_URL)
+            .filter(|&t| self.types[t].type_id == std::any::TypeId::of::<T>())
+            .ok_or_else(|| WatchError::UnknownType(T::TYPE_URL.to_string()))?;
         let canonical = names::canonicalize(name).map_err(WatchError::InvalidName)?;
         let authority = self.authority_for(t, &canonical)?;
         let id = WatcherId(self.next_watcher);
@@ -1043,7 +1161,7 @@ impl XdsClient {
         }
         for server in self.authorities[authority].in_use().to_vec() {
             if self.subscribe(server, t, &name) {
-                self.subscription_changed(server, t, now);
+                self.subscription_changed(server, t);
             }
         }
         Ok(id)
@@ -1052,7 +1170,7 @@ impl XdsClient {
     /// Stops a watch. Nothing more reaches the watcher. When it was the last watch of
     /// the resource, the resource is unsubscribed and forgotten; when it was the last
     /// on a server, that server's stream is closed.
-    pub fn cancel_watch(&mut self, watcher: WatcherId, now: Instant) {
+    pub fn cancel_watch(&mut self, watcher: WatcherId) {
         let Some((t, name)) = self.watchers.remove(&watcher) else {
             return;
         };
@@ -1078,7 +1196,7 @@ impl XdsClient {
         for server in servers {
             self.unsubscribe(server, t, &name);
             if self.servers[server].has_subscriptions() {
-                self.subscription_changed(server, t, now);
+                self.subscription_changed(server, t);
             } else {
                 self.release_server(server);
             }
@@ -1119,11 +1237,13 @@ impl XdsClient {
     // ----- outputs -----
 
     /// The next action for the adapter, in order.
+    #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.next_deadline()
     }
@@ -1238,7 +1358,7 @@ impl XdsClient {
                     added |= self.subscribe(server, t, name);
                 }
                 if added {
-                    self.subscription_changed(server, t, Instant::ZERO);
+                    self.subscription_changed(server, t);
                 }
             }
             if self.servers[server].connectivity_error.is_none() {
@@ -1284,7 +1404,7 @@ impl XdsClient {
                 continue;
             }
             for &(_, t) in changed.iter().filter(|(s, _)| *s == lower) {
-                self.subscription_changed(lower, t, Instant::ZERO);
+                self.subscription_changed(lower, t);
             }
         }
     }
@@ -1327,7 +1447,7 @@ impl XdsClient {
     }
 
     /// The subscription of type `t` on `server` changed: resend it, or open a stream.
-    fn subscription_changed(&mut self, server: usize, t: TypeIdx, _now: Instant) {
+    fn subscription_changed(&mut self, server: usize, t: TypeIdx) {
         let srv = &mut self.servers[server];
         match &mut srv.stream {
             Some(stream) => {
@@ -1729,7 +1849,7 @@ impl XdsClient {
         response: envelope::DiscoveryResponse,
         now: Instant,
     ) -> Result<String, String> {
-        let ty = self.types[t].clone();
+        let ty = self.types[t];
         let type_url = ty.type_url();
         let version: Arc<str> = Arc::from(response.version_info.as_str());
         let mut errors: Vec<String> = Vec::new();
@@ -1769,7 +1889,7 @@ impl XdsClient {
                 order.push(Some(*slot));
                 continue;
             }
-            match decode_one(ty.as_ref(), any, type_matches[i]) {
+            match decode_one(&ty, any, type_matches[i]) {
                 Ok((name, value, raw)) => {
                     let name = canonical_name(name);
                     match note_item(table, &mut unwatched, items.len(), stamp, &name) {
@@ -2292,7 +2412,7 @@ enum Outcome {
 /// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
 /// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
 fn decode_one(
-    ty: &dyn ErasedResourceType,
+    ty: &ResourceTypeInfo,
     any: envelope::Any,
     type_matches: bool,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
@@ -2321,7 +2441,7 @@ fn decode_one(
             ty.type_url()
         )));
     }
-    let (name, value) = ty.decode_erased(&any.value)?;
+    let (name, value) = ty.decode(&any.value)?;
     Ok((name, value, any.value))
 }
 
@@ -2540,7 +2660,9 @@ mod tests {
     #[test]
     fn code_names() {
         assert_eq!(Code::UNAVAILABLE.name(), "UNAVAILABLE");
-        assert_eq!(Code(42).name(), "CODE(42)");
+        assert_eq!(Code(42).name(), "UNKNOWN");
+        assert_eq!(Code(42).to_string(), "CODE(42)");
+        assert_eq!(Code::DATA_LOSS.to_string(), "DATA_LOSS");
         assert_eq!(short_type(resource::type_url::CLUSTER), "Cluster");
     }
 }

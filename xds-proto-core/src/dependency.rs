@@ -13,7 +13,7 @@
 //! is emitted as an error instead. Watches nothing references any more are cancelled;
 //! while a new route configuration is awaited, the current clusters stay watched.
 //!
-//! It is a sans-IO layer on top of [`XdsClient`]: its methods take the client and `now`,
+//! It is a sans-IO layer on top of [`XdsClient`]: its methods take the client,
 //! the adapter hands it the notifications of its own watchers (see
 //! [`XdsDependencyManager::handle_notification`] and [`XdsDependencyManager::owns`]), and
 //! the result comes out of [`XdsDependencyManager::poll_update`]. Other watchers of the
@@ -30,9 +30,8 @@ use crate::resource::cluster::{ClusterResource, ClusterType};
 use crate::resource::endpoint::EndpointsResource;
 use crate::resource::listener::{HttpFilter, ListenerKind, ListenerResource, RouteSource};
 use crate::resource::route::{ClusterSpecifier, RouteAction, RouteConfigResource, VirtualHost};
-use crate::resource::type_url;
+use crate::resource::{Cds, Eds, Lds, Rds, XdsResourceType, type_url};
 use crate::selector::select_virtual_host;
-use crate::time::Instant;
 
 /// How deep an aggregate cluster graph may go below the route's cluster (gRPC's limit).
 pub const MAX_AGGREGATE_CLUSTER_DEPTH: usize = 16;
@@ -107,6 +106,16 @@ pub enum ClusterChildren {
 struct Slot<T> {
     watcher: Option<WatcherId>,
     state: Option<Result<Arc<T>, XdsError>>,
+}
+
+impl<V> Slot<V> {
+    /// Takes a `Changed` event of the slot's watch; ambient errors are absorbed, since
+    /// the config built from the cached value stays valid.
+    fn update<R: XdsResourceType<Value = V>>(&mut self, event: &WatchEvent) {
+        if let Some(state) = event.changed::<R>() {
+            self.state = Some(state);
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,11 +234,11 @@ impl XdsDependencyManager {
     // ----- inputs -----
 
     /// Starts watching the listener. Calling it again does nothing.
-    pub fn start(&mut self, client: &mut XdsClient, now: Instant) -> Result<(), WatchError> {
+    pub fn start(&mut self, client: &mut XdsClient) -> Result<(), WatchError> {
         if self.lds.is_some() {
             return Ok(());
         }
-        let watcher = client.watch(type_url::LISTENER, &self.listener_name, now)?;
+        let watcher = client.watch::<Lds>(&self.listener_name)?;
         self.owners.insert(watcher, Owner::Lds);
         self.lds = Some(Slot {
             watcher: Some(watcher),
@@ -239,9 +248,9 @@ impl XdsDependencyManager {
     }
 
     /// Cancels every watch. The manager can be started again.
-    pub fn stop(&mut self, client: &mut XdsClient, now: Instant) {
+    pub fn stop(&mut self, client: &mut XdsClient) {
         for watcher in self.owners.keys() {
-            client.cancel_watch(*watcher, now);
+            client.cancel_watch(*watcher);
         }
         self.owners.clear();
         self.lds = None;
@@ -258,72 +267,52 @@ impl XdsDependencyManager {
         &mut self,
         client: &mut XdsClient,
         notification: &Notification,
-        now: Instant,
     ) -> bool {
         let Some(owner) = self.owners.get(&notification.watcher).cloned() else {
             return false;
         };
-        let event = match &notification.event {
-            WatchEvent::AmbientError(_) => return true,
-            WatchEvent::Changed(event) => event,
-        };
-        fn typed<T: Send + Sync + 'static>(
-            event: &Result<crate::ResourceValue, XdsError>,
-            what: &str,
-        ) -> Result<Arc<T>, XdsError> {
-            match event {
-                Ok(value) => value.downcast_arc::<T>().ok_or_else(|| XdsError {
-                    kind: ErrorKind::Invalid,
-                    status: Status::new(
-                        Code::INTERNAL,
-                        format!("{what}: unexpected resource value type"),
-                    ),
-                }),
-                Err(e) => Err(e.clone()),
-            }
-        }
         match owner {
             Owner::Lds => {
                 if let Some(slot) = &mut self.lds {
-                    slot.state = Some(typed(event, "Listener"));
+                    slot.update::<Lds>(&notification.event);
                 }
             }
             Owner::Rds => {
                 if let Some((_, slot)) = &mut self.rds {
-                    slot.state = Some(typed(event, "RouteConfiguration"));
+                    slot.update::<Rds>(&notification.event);
                 }
             }
             Owner::Cds(name) => {
                 if let Some(slot) = self.cds.get_mut(&name) {
-                    slot.state = Some(typed(event, "Cluster"));
+                    slot.update::<Cds>(&notification.event);
                 }
             }
             Owner::Eds(name) => {
                 if let Some(slot) = self.eds.get_mut(&name) {
-                    slot.state = Some(typed(event, "ClusterLoadAssignment"));
+                    slot.update::<Eds>(&notification.event);
                 }
             }
         }
-        self.update(client, now);
+        self.update(client);
         true
     }
 
     /// Adds a reference to a cluster outside the routes (A74 dynamic subscriptions, e.g.
     /// a target an RLS plugin returned): it is watched and resolved into the config until
     /// [`unsubscribe_cluster`](Self::unsubscribe_cluster) drops the last reference.
-    pub fn subscribe_cluster(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+    pub fn subscribe_cluster(&mut self, client: &mut XdsClient, name: &str) {
         *self.subscriptions.entry(name.to_owned()).or_default() += 1;
-        self.update(client, now);
+        self.update(client);
     }
 
     /// Drops a reference taken with [`subscribe_cluster`](Self::subscribe_cluster).
-    pub fn unsubscribe_cluster(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+    pub fn unsubscribe_cluster(&mut self, client: &mut XdsClient, name: &str) {
         if let Some(count) = self.subscriptions.get_mut(name) {
             *count -= 1;
             if *count == 0 {
                 self.subscriptions.remove(name);
             }
-            self.update(client, now);
+            self.update(client);
         }
     }
 
@@ -349,15 +338,15 @@ impl XdsDependencyManager {
         }
     }
 
-    fn fail(&mut self, client: &mut XdsClient, now: Instant, error: XdsError, keep_rds: bool) {
+    fn fail(&mut self, client: &mut XdsClient, error: XdsError, keep_rds: bool) {
         if !keep_rds {
-            self.cancel_rds(client, now);
+            self.cancel_rds(client);
         }
-        self.retain_clusters(client, now, &BTreeSet::new(), &BTreeSet::new());
+        self.retain_clusters(client, &BTreeSet::new(), &BTreeSet::new());
         self.emit(Err(error));
     }
 
-    fn cancel_rds(&mut self, client: &mut XdsClient, now: Instant) {
+    fn cancel_rds(&mut self, client: &mut XdsClient) {
         if let Some((
             _,
             Slot {
@@ -366,50 +355,31 @@ impl XdsDependencyManager {
         )) = self.rds.take()
         {
             self.owners.remove(&w);
-            client.cancel_watch(w, now);
+            client.cancel_watch(w);
         }
     }
 
-    fn ensure_rds(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+    fn ensure_rds(&mut self, client: &mut XdsClient, name: &str) {
         if self.rds.as_ref().is_some_and(|(n, _)| n == name) {
             return;
         }
-        self.cancel_rds(client, now);
-        let slot = watch_slot(
-            client,
-            &mut self.owners,
-            type_url::ROUTE_CONFIGURATION,
-            name,
-            now,
-            Owner::Rds,
-        );
+        self.cancel_rds(client);
+        let slot = watch_slot::<Rds>(client, &mut self.owners, name, Owner::Rds);
         self.rds = Some((name.to_owned(), slot));
     }
 
-    fn ensure_cds(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+    fn ensure_cds(&mut self, client: &mut XdsClient, name: &str) {
         if !self.cds.contains_key(name) {
-            let slot = watch_slot(
-                client,
-                &mut self.owners,
-                type_url::CLUSTER,
-                name,
-                now,
-                Owner::Cds(name.to_owned()),
-            );
+            let slot =
+                watch_slot::<Cds>(client, &mut self.owners, name, Owner::Cds(name.to_owned()));
             self.cds.insert(name.to_owned(), slot);
         }
     }
 
-    fn ensure_eds(&mut self, client: &mut XdsClient, name: &str, now: Instant) {
+    fn ensure_eds(&mut self, client: &mut XdsClient, name: &str) {
         if !self.eds.contains_key(name) {
-            let slot = watch_slot(
-                client,
-                &mut self.owners,
-                type_url::CLUSTER_LOAD_ASSIGNMENT,
-                name,
-                now,
-                Owner::Eds(name.to_owned()),
-            );
+            let slot =
+                watch_slot::<Eds>(client, &mut self.owners, name, Owner::Eds(name.to_owned()));
             self.eds.insert(name.to_owned(), slot);
         }
     }
@@ -417,7 +387,6 @@ impl XdsDependencyManager {
     fn retain_clusters(
         &mut self,
         client: &mut XdsClient,
-        now: Instant,
         cds: &BTreeSet<String>,
         eds: &BTreeSet<String>,
     ) {
@@ -425,7 +394,7 @@ impl XdsDependencyManager {
         let mut cancel = |watcher: &Option<WatcherId>| {
             if let Some(w) = *watcher {
                 owners.remove(&w);
-                client.cancel_watch(w, now);
+                client.cancel_watch(w);
             }
         };
         self.cds.retain(|name, slot| {
@@ -446,12 +415,12 @@ impl XdsDependencyManager {
 
     /// Recomputes the config from the watched state: starts and cancels watches, and
     /// emits when everything is resolved.
-    fn update(&mut self, client: &mut XdsClient, now: Instant) {
+    fn update(&mut self, client: &mut XdsClient) {
         let listener = match self.lds.as_ref().and_then(|s| s.state.clone()) {
             None => return,
             Some(Err(e)) => {
                 let e = context_error("Listener", &self.listener_name, &e);
-                return self.fail(client, now, e, false);
+                return self.fail(client, e, false);
             }
             Some(Ok(listener)) => listener,
         };
@@ -462,12 +431,12 @@ impl XdsDependencyManager {
                     "Listener {:?} is not an API listener (it is a server listener)",
                     self.listener_name
                 ));
-                return self.fail(client, now, e, false);
+                return self.fail(client, e, false);
             }
         };
         let route_config = match &hcm.route_config {
             RouteSource::Inline(rc) => {
-                self.cancel_rds(client, now);
+                self.cancel_rds(client);
                 match &self.inline {
                     Some((l, rc)) if Arc::ptr_eq(l, &listener) => rc.clone(),
                     _ => {
@@ -479,14 +448,14 @@ impl XdsDependencyManager {
             }
             RouteSource::Rds(name) => {
                 self.inline = None;
-                self.ensure_rds(client, name, now);
+                self.ensure_rds(client, name);
                 match self.rds.as_ref().and_then(|(_, s)| s.state.clone()) {
                     // Waiting for the (new) route configuration: keep the cluster watches
                     // the current config uses.
                     None => return,
                     Some(Err(e)) => {
                         let e = context_error("RouteConfiguration", name, &e);
-                        return self.fail(client, now, e, true);
+                        return self.fail(client, e, true);
                     }
                     Some(Ok(rc)) => rc,
                 }
@@ -499,7 +468,7 @@ impl XdsDependencyManager {
                 "could not find VirtualHost for {:?} in RouteConfiguration {:?}",
                 self.authority, route_config.name
             ));
-            return self.fail(client, now, e, true);
+            return self.fail(client, e, true);
         };
         let mut roots: BTreeSet<String> = self.subscriptions.keys().cloned().collect();
         for route in &route_config.virtual_hosts[virtual_host_index].routes {
@@ -520,9 +489,9 @@ impl XdsDependencyManager {
             ..Walk::default()
         };
         for root in &roots {
-            self.resolve(client, now, root, 0, &mut Vec::new(), &mut walk);
+            self.resolve(client, root, 0, &mut Vec::new(), &mut walk);
         }
-        self.retain_clusters(client, now, &walk.cds, &walk.eds);
+        self.retain_clusters(client, &walk.cds, &walk.eds);
         if !walk.ready {
             return;
         }
@@ -541,7 +510,6 @@ impl XdsDependencyManager {
     fn resolve(
         &mut self,
         client: &mut XdsClient,
-        now: Instant,
         name: &str,
         depth: usize,
         stack: &mut Vec<String>,
@@ -556,7 +524,7 @@ impl XdsDependencyManager {
             ));
         }
         walk.cds.insert(name.to_owned());
-        self.ensure_cds(client, name, now);
+        self.ensure_cds(client, name);
         let state = self.cds.get(name).and_then(|s| s.state.clone());
         let resolution = match state {
             None => Resolution::Pending,
@@ -570,7 +538,7 @@ impl XdsDependencyManager {
                 ClusterType::Eds { service_name } => {
                     let eds_name = service_name.clone().unwrap_or_else(|| name.to_owned());
                     walk.eds.insert(eds_name.clone());
-                    self.ensure_eds(client, &eds_name, now);
+                    self.ensure_eds(client, &eds_name);
                     match self.eds.get(&eds_name).and_then(|s| s.state.clone()) {
                         None => Resolution::Pending,
                         Some(state) => {
@@ -617,7 +585,7 @@ impl XdsDependencyManager {
                             problems.push(format!("cycle {} -> {child:?}", path.join(" -> ")));
                             continue;
                         }
-                        match self.resolve(client, now, child, depth + 1, stack, walk) {
+                        match self.resolve(client, child, depth + 1, stack, walk) {
                             Resolution::Pending => pending = true,
                             Resolution::Leaves(ls) => {
                                 for l in ls {
@@ -662,15 +630,13 @@ impl XdsDependencyManager {
 }
 
 /// Starts a watch, turning a refused watch into the slot's error.
-fn watch_slot<T>(
+fn watch_slot<R: XdsResourceType>(
     client: &mut XdsClient,
     owners: &mut BTreeMap<WatcherId, Owner>,
-    type_url: &'static str,
     name: &str,
-    now: Instant,
     owner: Owner,
-) -> Slot<T> {
-    match client.watch(type_url, name, now) {
+) -> Slot<R::Value> {
+    match client.watch::<R>(name) {
         Ok(watcher) => {
             owners.insert(watcher, owner);
             Slot {

@@ -26,12 +26,17 @@ pub mod time;
 
 pub use bootstrap::Bootstrap;
 pub use client::{
-    Action, AdsRequest, ClientConfig, Code, ErrorKind, Event, Notification, ResourceSnapshot,
-    ResourceStatusKind, ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
+    Action, AdsRequest, Code, ErrorKind, Event, Notification, ResourceSnapshot, ResourceStatusKind,
+    ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient, XdsClientConfig,
     XdsError,
 };
-pub use resource::{DecodeError, ResourceValue, XdsResourceType};
+pub use resource::{Cds, DecodeError, Eds, Lds, Rds, ResourceValue, XdsResourceType};
 pub use time::Instant;
+
+/// The `bytes` crate, whose `Bytes` carries responses into the core.
+pub use bytes;
+/// The `prost` crate, whose messages the core's `pb` types are.
+pub use prost;
 
 /// The hash map the core uses: foldhash with a fixed seed. Deterministic (the same
 /// inputs give the same iteration order on every run) and free of OS randomness, unlike

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::client::{ClientConfig, XdsClient};
+use crate::client::{XdsClient, XdsClientConfig};
 use crate::pb::envoy::service::status::v3::{
     ClientConfig as CsdsClientConfig, ClientStatusResponse,
 };
@@ -16,7 +16,7 @@ pub const SERVER_TARGET: &str = "#server";
 /// A pool of client instances keyed by data-plane target.
 #[derive(Debug)]
 pub struct XdsClientPool {
-    config: ClientConfig,
+    config: XdsClientConfig,
     seed: u64,
     clients: BTreeMap<String, XdsClient>,
 }
@@ -24,7 +24,7 @@ pub struct XdsClientPool {
 impl XdsClientPool {
     /// An empty pool whose clients share `config` (and its parsed bootstrap). Each
     /// client's RNG seed is derived from `seed` and its target.
-    pub fn new(config: ClientConfig, seed: u64) -> XdsClientPool {
+    pub fn new(config: XdsClientConfig, seed: u64) -> XdsClientPool {
         XdsClientPool {
             config,
             seed,
@@ -65,7 +65,7 @@ impl XdsClientPool {
     }
 
     /// The shared configuration.
-    pub fn config(&self) -> &ClientConfig {
+    pub fn config(&self) -> &XdsClientConfig {
         &self.config
     }
 
@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn clients_are_per_target_and_share_one_bootstrap() {
-        let config = ClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap());
+        let config = XdsClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap());
         let mut pool = XdsClientPool::new(config, 9);
         let a = Arc::as_ptr(&pool.get_or_create("dns:///a").config().bootstrap);
         let b = Arc::as_ptr(&pool.get_or_create(SERVER_TARGET).config().bootstrap);
@@ -116,11 +116,7 @@ mod tests {
         );
         pool.get_mut("dns:///a")
             .unwrap()
-            .watch(
-                crate::resource::type_url::CLUSTER,
-                "c1",
-                crate::Instant::ZERO,
-            )
+            .watch::<crate::Cds>("c1")
             .unwrap();
         let csds = pool.csds_response();
         assert_eq!(csds.config.len(), 2);

@@ -2,7 +2,7 @@
 //! as an [`Instant`], a count of nanoseconds from an origin the embedder chooses (a
 //! runtime's start, or zero in a simulation). Spans are plain [`std::time::Duration`]s.
 
-use std::ops::{Add, Sub};
+use std::ops::{Add, AddAssign, Sub, SubAssign};
 use std::time::Duration;
 
 /// A point in time, in nanoseconds since an origin chosen by the embedder.
@@ -64,6 +64,27 @@ impl Sub<Duration> for Instant {
     }
 }
 
+impl AddAssign<Duration> for Instant {
+    fn add_assign(&mut self, rhs: Duration) {
+        *self = *self + rhs;
+    }
+}
+
+impl SubAssign<Duration> for Instant {
+    fn sub_assign(&mut self, rhs: Duration) {
+        *self = *self - rhs;
+    }
+}
+
+/// `later - earlier` is the span between them, saturating at zero when `earlier` is
+/// the later one (as [`Instant::saturating_duration_since`]).
+impl Sub<Instant> for Instant {
+    type Output = Duration;
+    fn sub(self, earlier: Instant) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
+}
+
 impl std::fmt::Display for Instant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -90,5 +111,15 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(t.to_string(), "2.500s");
+    }
+
+    #[test]
+    fn instants_subtract_to_durations_and_assign_in_place() {
+        let mut t = Instant::from_secs(1);
+        t += Duration::from_millis(250);
+        assert_eq!(t - Instant::from_secs(1), Duration::from_millis(250));
+        assert_eq!(Instant::from_secs(1) - t, Duration::ZERO);
+        t -= Duration::from_secs(2);
+        assert_eq!(t, Instant::ZERO);
     }
 }

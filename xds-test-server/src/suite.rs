@@ -20,7 +20,9 @@ use xds_proto_core::resource::endpoint::EndpointsResource;
 use xds_proto_core::resource::listener::{ListenerKind, RouteSource};
 use xds_proto_core::resource::route::{ClusterSpecifier, RouteAction};
 use xds_proto_core::resource::{Cds, ClusterType, Eds, Lds, Rds, type_url};
-use xds_proto_core::{Bootstrap, Code, ErrorKind, Instant, ResourceStatusKind, Status, XdsError};
+use xds_proto_core::{
+    Bootstrap, Code, ErrorKind, Instant, ResourceStatusKind, Status, XdsError, XdsResourceType,
+};
 
 use crate::resources::{
     cluster, cluster_with, endpoints, invalid_cluster, listener, padded_cluster, route_config,
@@ -56,10 +58,10 @@ pub async fn within<R: Runtime, F: Future>(
 ///
 /// # Panics
 /// When none comes, or the stream ends.
-pub async fn next_update<R: Runtime, V: Send + Sync + 'static>(
+pub async fn next_update<R: Runtime, T: XdsResourceType>(
     rt: &R,
-    watch: &mut WatchStream<V>,
-) -> WatchUpdate<V> {
+    watch: &mut WatchStream<T>,
+) -> WatchUpdate<T::Value> {
     let name = watch.name().to_string();
     within(rt, PROMPT, &format!("an update of {name:?}"), watch.next())
         .await
@@ -70,10 +72,10 @@ pub async fn next_update<R: Runtime, V: Send + Sync + 'static>(
 ///
 /// # Panics
 /// When it is not.
-pub async fn next_value<R: Runtime, V: std::fmt::Debug + Send + Sync + 'static>(
+pub async fn next_value<R: Runtime, T: XdsResourceType>(
     rt: &R,
-    watch: &mut WatchStream<V>,
-) -> std::sync::Arc<V> {
+    watch: &mut WatchStream<T>,
+) -> std::sync::Arc<T::Value> {
     match next_update(rt, watch).await {
         WatchUpdate::Changed(Ok(v)) => v,
         other => panic!("expected a value of {:?}, got {other:?}", watch.name()),
@@ -81,11 +83,11 @@ pub async fn next_value<R: Runtime, V: std::fmt::Debug + Send + Sync + 'static>(
 }
 
 /// Whatever updates arrive on `watch` during `span`.
-pub async fn updates_during<R: Runtime, V: Send + Sync + 'static>(
+pub async fn updates_during<R: Runtime, T: XdsResourceType>(
     rt: &R,
-    watch: &mut WatchStream<V>,
+    watch: &mut WatchStream<T>,
     span: Duration,
-) -> Vec<WatchUpdate<V>> {
+) -> Vec<WatchUpdate<T::Value>> {
     let mut out = Vec::new();
     let deadline = rt.now() + span;
     loop {
@@ -101,7 +103,7 @@ pub async fn updates_during<R: Runtime, V: Send + Sync + 'static>(
 }
 
 /// The updates already waiting on `watch`.
-pub fn ready_updates<V: Send + Sync + 'static>(watch: &mut WatchStream<V>) -> Vec<WatchUpdate<V>> {
+pub fn ready_updates<T: XdsResourceType>(watch: &mut WatchStream<T>) -> Vec<WatchUpdate<T::Value>> {
     let mut out = Vec::new();
     while let Some(Some(u)) = watch.next().now_or_never() {
         out.push(u);

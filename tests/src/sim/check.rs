@@ -64,11 +64,12 @@ use prost::Message;
 use xds_proto_core::backoff::BackoffConfig;
 use xds_proto_core::bootstrap::ServerConfig;
 use xds_proto_core::client::{
-    Action, ClientConfig, ErrorKind, Event, MAX_NACK_DETAIL_BYTES, Notification, ResourceSnapshot,
-    ResourceStatusKind, ServerId, StreamId, WatchError, WatchEvent, WatcherId, XdsClient, XdsError,
+    Action, ErrorKind, Event, MAX_NACK_DETAIL_BYTES, Notification, ResourceSnapshot,
+    ResourceStatusKind, ServerId, StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
+    XdsClientConfig, XdsError,
 };
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use xds_proto_core::resource::{ErasedResourceType, ResourceValue, builtin_types};
+use xds_proto_core::resource::{ResourceTypeInfo, ResourceValue, builtin_types};
 use xds_proto_core::{Bootstrap, Code, Instant};
 
 use super::verdict::{Verdict, judge};
@@ -224,7 +225,7 @@ pub struct CheckedClient {
     opts: CheckOptions,
     resource_timeout: Duration,
     backoff: BackoffConfig,
-    types: Vec<Arc<dyn ErasedResourceType>>,
+    types: Vec<ResourceTypeInfo>,
     streams: BTreeMap<StreamId, StreamModel>,
     servers: BTreeMap<ServerId, ServerModel>,
     watchers: BTreeMap<WatcherId, WatcherState>,
@@ -267,6 +268,7 @@ fn describe(event: &WatchEvent) -> String {
         WatchEvent::Changed(Ok(_)) => "Changed(value)".to_string(),
         WatchEvent::Changed(Err(e)) => format!("Changed(Err {:?}: {})", e.kind, e.status),
         WatchEvent::AmbientError(e) => format!("AmbientError({:?}: {})", e.kind, e.status),
+        other => format!("{other:?}"),
     }
 }
 
@@ -289,7 +291,7 @@ pub fn servers_for_name(bootstrap: &Bootstrap, name: &str) -> Vec<ServerConfig> 
 
 impl CheckedClient {
     /// A checked client built from `config` with jitter seed `seed`.
-    pub fn new(config: ClientConfig, seed: u64, opts: CheckOptions) -> CheckedClient {
+    pub fn new(config: XdsClientConfig, seed: u64, opts: CheckOptions) -> CheckedClient {
         let bootstrap = config.bootstrap.clone();
         let resource_timeout = config.resource_timeout;
         let backoff = config.backoff;
@@ -366,7 +368,7 @@ impl CheckedClient {
     ) -> Result<(Result<WatcherId, WatchError>, Vec<Action>), Violation> {
         self.advance(now)?;
         let pre = self.snapshot_of(type_url, name);
-        let result = self.client.watch(type_url, name, now);
+        let result = crate::watch_by_type_url(&mut self.client, type_url, name);
         let actions = self.drain(now)?;
         match &result {
             Err(e) => {
@@ -381,14 +383,14 @@ impl CheckedClient {
                 }
             }
             Ok(w) => {
-                if w.0 <= self.max_watcher {
+                if w.into_raw() <= self.max_watcher {
                     return Err(violation(
                         "ids-never-reused",
                         now,
                         format!("watcher id {w:?} reused"),
                     ));
                 }
-                self.max_watcher = w.0;
+                self.max_watcher = w.into_raw();
                 let canonical = self
                     .types
                     .iter()
@@ -425,7 +427,7 @@ impl CheckedClient {
             .filter(|(_, s)| s.in_use)
             .map(|(id, s)| (*id, s.current))
             .collect();
-        self.client.cancel_watch(watcher, now);
+        self.client.cancel_watch(watcher);
         let actions = self.drain(now)?;
         if let Some(w) = &removed {
             self.cancelled.insert(watcher);
@@ -490,6 +492,7 @@ impl CheckedClient {
             | Event::ResponseReceived { stream, .. }
             | Event::StreamClosed { stream, .. } => Some(*stream),
             Event::ConnectivityFailure { .. } => None,
+            other => panic!("the checker does not know the event {other:?}"),
         };
         if let Event::ConnectivityFailure { server, .. } = &event {
             // The client records it on any server it knows, started or not.
@@ -549,6 +552,7 @@ impl CheckedClient {
                 }
                 Ctx::Connectivity { server: *server }
             }
+            other => panic!("the checker does not know the event {other:?}"),
         };
         let pre = match ctx {
             Ctx::Response { .. } => self.client.resource_snapshot(),
@@ -662,7 +666,7 @@ impl CheckedClient {
             .count()
     }
 
-    fn type_of(&self, type_url: &str) -> Option<Arc<dyn ErasedResourceType>> {
+    fn type_of(&self, type_url: &str) -> Option<ResourceTypeInfo> {
         self.types
             .iter()
             .find(|t| t.type_url() == type_url)
@@ -749,7 +753,7 @@ impl CheckedClient {
             return Ctx::Quiet;
         }
         st.nonce = response.nonce.clone();
-        let verdict = judge(ty.as_ref(), &response);
+        let verdict = judge(&ty, &response);
         st.pending_nack = !verdict.accept;
         if verdict.accept {
             self.servers
@@ -789,6 +793,7 @@ impl CheckedClient {
                     self.on_notify(now, ctx, n)?;
                     heard.entry(n.watcher).or_default().push(n.event.clone());
                 }
+                other => panic!("the checker does not know the action {other:?}"),
             }
         }
         match ctx {
@@ -855,14 +860,14 @@ impl CheckedClient {
         config: &Arc<ServerConfig>,
         stream: StreamId,
     ) -> Result<(), Violation> {
-        if stream.0 <= self.max_stream {
+        if stream.into_raw() <= self.max_stream {
             return Err(violation(
                 "ids-never-reused",
                 now,
                 format!("stream id {stream:?} reused"),
             ));
         }
-        self.max_stream = stream.0;
+        self.max_stream = stream.into_raw();
         let watchers = self.watchers_on(config);
         let (lo, hi) = {
             let failures = self.servers.get(&server).map_or(0, |s| s.failures);
@@ -1265,6 +1270,7 @@ impl CheckedClient {
                     self.check_dne(now, ctx, n, e, &what())?;
                 }
             }
+            other => panic!("the checker does not know the event {other:?}"),
         }
         let w = self.watchers.get_mut(&n.watcher).expect("known");
         if let WatchEvent::Changed(state) = &n.event {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use arbitrary::Unstructured;
 use bytes::Bytes;
 use prost::Message;
-use xds_proto_core::client::{ClientConfig, Event, ServerId, StreamId, WatcherId};
+use xds_proto_core::client::{Event, ServerId, StreamId, WatcherId, XdsClientConfig};
 use xds_proto_core::pb::envoy::service::discovery::v3::{
     DiscoveryResponse, Resource, ResourceError, ResourceName,
 };
@@ -61,7 +61,7 @@ fn bootstraps() -> [String; 3] {
 
 fn client(json: &str, timeout: Duration, seed: u64) -> CheckedClient {
     let bootstrap = Bootstrap::from_json_str(json).expect("fuzz bootstrap parses");
-    let mut config = ClientConfig::new(bootstrap);
+    let mut config = XdsClientConfig::new(bootstrap);
     config.resource_timeout = timeout;
     CheckedClient::new(config, seed, CheckOptions::default())
 }
@@ -93,7 +93,7 @@ fn pick_stream(u: &mut Unstructured<'_>, cc: &CheckedClient) -> arbitrary::Resul
     Ok(match u.int_in_range(0..=5)? {
         0..=3 if !live.is_empty() => *u.choose(&live)?,
         4 if !all.is_empty() => *u.choose(&all)?,
-        _ => StreamId(u.int_in_range(0..=20)?),
+        _ => StreamId::from_raw(u.int_in_range(0..=20)?),
     })
 }
 
@@ -228,7 +228,7 @@ fn run_interleave(u: &mut Unstructured<'_>, log: &mut dyn FnMut(String)) -> Resu
             Step::Cancel(w) => cc.cancel(now, w)?,
             Step::Event(e) => cc.event(now, e)?,
             Step::Advance(by) => {
-                now = now + by;
+                now += by;
                 cc.timeout(now)?
             }
             Step::FireNext => match cc.poll_timeout() {
@@ -270,7 +270,7 @@ fn next_step(
             Step::Watch(t, arb_name(u)?)
         }
         2 => Step::Cancel(if watchers.is_empty() || u.ratio(1, 8)? {
-            WatcherId(u.int_in_range(0..=40)?)
+            WatcherId::from_raw(u.int_in_range(0..=40)?)
         } else {
             *u.choose(watchers)?
         }),
@@ -299,7 +299,7 @@ fn next_step(
             })
         }
         9 => Step::Event(Event::ConnectivityFailure {
-            server: ServerId(u.int_in_range(0..=2)?),
+            server: ServerId::from_raw(u.int_in_range(0..=2)?),
             reason: "fuzz".to_string(),
         }),
         10 => Step::Advance(Duration::from_millis(
@@ -350,7 +350,7 @@ fn feed(cc: &mut CheckedClient, now: Instant, bytes: Bytes) -> Result<(), Violat
 /// Target `decode_response`.
 pub fn decode_response(data: &[u8]) {
     for ty in builtin_types() {
-        let _ = ty.decode_erased(data);
+        let _ = ty.decode(data);
     }
     check(run_decode_response(data));
 }
@@ -408,7 +408,7 @@ pub fn bootstrap(data: &[u8]) {
             .keys()
             .map(|a| format!("xdstp://{a}/envoy.config.listener.v3.Listener/l0")),
     );
-    let mut cc = CheckedClient::new(ClientConfig::new(parsed), 0, CheckOptions::default());
+    let mut cc = CheckedClient::new(XdsClientConfig::new(parsed), 0, CheckOptions::default());
     let now = Instant::from_secs(1);
     for name in names {
         check(cc.watch(now, LDS, &name));

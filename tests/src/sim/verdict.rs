@@ -16,7 +16,7 @@ use prost::Message;
 use xds_proto_core::Code;
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryResponse, Resource};
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::{ErasedResourceType, type_url};
+use xds_proto_core::resource::{ResourceTypeInfo, type_url};
 
 /// The reference judgement of one response.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub struct Verdict {
 
 /// Unwraps an `envoy.service.discovery.v3.Resource` and decodes one resource: the
 /// name (when readable) and, when valid, the bytes the cache keeps.
-fn judge_one(ty: &dyn ErasedResourceType, any: &Any) -> (Option<String>, Option<Bytes>) {
+fn judge_one(ty: &ResourceTypeInfo, any: &Any) -> (Option<String>, Option<Bytes>) {
     let inner = if any.type_url == type_url::RESOURCE_WRAPPER {
         let Ok(wrapper) = Resource::decode(any.value.clone()) else {
             return (None, None);
@@ -52,14 +52,14 @@ fn judge_one(ty: &dyn ErasedResourceType, any: &Any) -> (Option<String>, Option<
     if inner.type_url != ty.type_url() {
         return (None, None);
     }
-    match ty.decode_erased(&inner.value) {
+    match ty.decode(&inner.value) {
         Ok((name, _)) => (Some(name), Some(inner.value)),
         Err(e) => (e.name, None),
     }
 }
 
 /// Judges `response` as a response of type `ty`.
-pub fn judge(ty: &dyn ErasedResourceType, response: &DiscoveryResponse) -> Verdict {
+pub fn judge(ty: &ResourceTypeInfo, response: &DiscoveryResponse) -> Verdict {
     let mut v = Verdict::default();
     let mut occurrences: BTreeMap<String, usize> = BTreeMap::new();
     let mut decoded: Vec<(String, Bytes)> = Vec::new();
@@ -132,7 +132,7 @@ mod tests {
             type_url: type_url::CLUSTER.to_string(),
             ..Default::default()
         };
-        let v = judge(&Cds, &response);
+        let v = judge(&ResourceTypeInfo::of::<Cds>(), &response);
         assert!(!v.accept && v.unnamed_error && v.valid.is_empty() && v.invalid.is_empty());
     }
 
@@ -143,11 +143,11 @@ mod tests {
             crate::resource_error("a", Code::NOT_FOUND, "gone"),
             crate::resource_error("", Code::UNAVAILABLE, "no name"),
         ];
-        let v = judge(&Cds, &response);
+        let v = judge(&ResourceTypeInfo::of::<Cds>(), &response);
         assert!(!v.accept);
         assert_eq!(v.server_errors.get("a"), Some(&vec![Code::NOT_FOUND]));
         assert!(v.present.contains("a"));
         response.resource_errors.truncate(1);
-        assert!(judge(&Cds, &response).accept);
+        assert!(judge(&ResourceTypeInfo::of::<Cds>(), &response).accept);
     }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 use xds_proto_core::client::{
-    Action, ClientConfig, ErrorKind, Event, ServerId, StreamId, WatchEvent, WatcherId,
+    Action, ErrorKind, Event, ServerId, StreamId, WatchEvent, WatcherId, XdsClientConfig,
 };
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use xds_proto_core::resource::builtin_types;
@@ -624,7 +624,7 @@ impl World {
             );
             let bootstrap = Bootstrap::from_json_str(&json)
                 .map_err(|e| fail("sim-bootstrap", format!("{e}: {json}")))?;
-            let mut config = ClientConfig::new(bootstrap);
+            let mut config = XdsClientConfig::new(bootstrap);
             config.resource_timeout = plan.resource_timeout;
             let mut cc =
                 CheckedClient::new(config, rng.next_u64(), CheckOptions { exact_timing: true });
@@ -867,6 +867,7 @@ impl World {
                         self.stats.does_not_exist += 1;
                     }
                 }
+                other => panic!("the simulator does not know the action {other:?}"),
             }
         }
         Ok(())
@@ -1591,12 +1592,12 @@ fn check_fixtures() -> Result<(), String> {
     for ty in builtin_types() {
         let t = ty.type_url();
         let any = valid_any(t, "probe", 1);
-        match ty.decode_erased(&any.value) {
+        match ty.decode(&any.value) {
             Ok((name, _)) if name == "probe" => {}
             other => return Err(format!("valid {} fixture decodes to {other:?}", short(t))),
         }
         if let Some(bad) = invalid_any(t, "probe") {
-            match ty.decode_erased(&bad.value) {
+            match ty.decode(&bad.value) {
                 Err(e) if e.name.as_deref() == Some("probe") => {}
                 other => return Err(format!("invalid {} fixture decodes to {other:?}", short(t))),
             }

@@ -87,46 +87,94 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// A resource type the client can watch.
+/// A resource type the client can watch: `client.watch::<Cds>("my-cluster")`.
 ///
-/// Implementations decode and validate one serialized resource (the `value` of a
-/// `google.protobuf.Any` whose type URL is [`type_url`](Self::type_url)) into an
-/// immutable value. Decoding must never panic, whatever the bytes.
-pub trait XdsResourceType: Send + Sync + 'static {
+/// The four built-in types are [`Lds`], [`Rds`], [`Cds`] and [`Eds`]. A user adds a type
+/// by implementing this trait on a marker type and registering it with
+/// [`XdsClient::register_type`](crate::XdsClient::register_type); caching, ACK/NACK,
+/// timers and fallback then work the same for it.
+///
+/// ```
+/// use xds_proto_core::resource::{DecodeError, XdsResourceType};
+///
+/// /// A resource whose payload is its name, as UTF-8.
+/// struct Echo;
+///
+/// impl XdsResourceType for Echo {
+///     type Value = String;
+///     const TYPE_URL: &'static str = "type.googleapis.com/example.Echo";
+///     const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+///     fn decode(bytes: &[u8]) -> Result<(String, String), DecodeError> {
+///         let name = std::str::from_utf8(bytes)
+///             .map_err(|e| DecodeError::unnamed(format!("not UTF-8: {e}")))?;
+///         Ok((name.to_string(), name.to_string()))
+///     }
+/// }
+/// assert_eq!(Echo::decode(b"a").unwrap().1, "a");
+/// ```
+pub trait XdsResourceType: 'static {
     /// The validated value watchers receive.
     type Value: Debug + PartialEq + Send + Sync + 'static;
 
     /// The type URL, e.g. `type.googleapis.com/envoy.config.cluster.v3.Cluster`.
-    fn type_url(&self) -> &'static str;
+    const TYPE_URL: &'static str;
 
     /// Whether a SotW response must carry every subscribed resource of this type, so that
     /// a missing one means it was deleted (true for LDS and CDS).
-    fn all_resources_required_in_sotw(&self) -> bool;
+    const ALL_RESOURCES_REQUIRED_IN_SOTW: bool;
 
-    /// Decodes and validates one resource, returning its name and value.
-    fn decode(&self, bytes: &[u8]) -> Result<(String, Self::Value), DecodeError>;
+    /// Decodes and validates one serialized resource (the `value` of a
+    /// `google.protobuf.Any` whose type URL is [`TYPE_URL`](Self::TYPE_URL)), returning
+    /// its name and value. Must never panic, whatever the bytes.
+    fn decode(bytes: &[u8]) -> Result<(String, Self::Value), DecodeError>;
 }
 
-/// Object-safe view of an [`XdsResourceType`], as the client stores it.
-pub trait ErasedResourceType: Send + Sync + 'static {
-    /// See [`XdsResourceType::type_url`].
-    fn type_url(&self) -> &'static str;
-    /// See [`XdsResourceType::all_resources_required_in_sotw`].
-    fn all_resources_required_in_sotw(&self) -> bool;
-    /// Decodes into a type-erased value.
-    fn decode_erased(&self, bytes: &[u8]) -> Result<(String, ResourceValue), DecodeError>;
+/// A resource type seen without its Rust type: its constants and a decoder into the
+/// type-erased [`ResourceValue`]. The client keeps one per registered type; tools that
+/// handle every type alike (a checker, a CSDS dumper) use [`builtin_types`].
+#[derive(Clone, Copy)]
+pub struct ResourceTypeInfo {
+    /// The Rust type that registered it: a watch through another type with the same
+    /// URL is refused, so a cached value always reads back as the watched type's.
+    pub(crate) type_id: std::any::TypeId,
+    type_url: &'static str,
+    all_resources_required_in_sotw: bool,
+    decode: ErasedDecode,
 }
 
-impl<T: XdsResourceType> ErasedResourceType for T {
-    fn type_url(&self) -> &'static str {
-        XdsResourceType::type_url(self)
+/// A type's decoder with its value type-erased.
+type ErasedDecode = fn(&[u8]) -> Result<(String, ResourceValue), DecodeError>;
+
+impl ResourceTypeInfo {
+    /// The entry for `T`.
+    pub fn of<T: XdsResourceType>() -> ResourceTypeInfo {
+        ResourceTypeInfo {
+            type_id: std::any::TypeId::of::<T>(),
+            type_url: T::TYPE_URL,
+            all_resources_required_in_sotw: T::ALL_RESOURCES_REQUIRED_IN_SOTW,
+            decode: |bytes| T::decode(bytes).map(|(name, value)| (name, ResourceValue::new(value))),
+        }
     }
-    fn all_resources_required_in_sotw(&self) -> bool {
-        XdsResourceType::all_resources_required_in_sotw(self)
+
+    /// [`XdsResourceType::TYPE_URL`].
+    pub fn type_url(&self) -> &'static str {
+        self.type_url
     }
-    fn decode_erased(&self, bytes: &[u8]) -> Result<(String, ResourceValue), DecodeError> {
-        let (name, value) = self.decode(bytes)?;
-        Ok((name, ResourceValue::new(value)))
+
+    /// [`XdsResourceType::ALL_RESOURCES_REQUIRED_IN_SOTW`].
+    pub fn all_resources_required_in_sotw(&self) -> bool {
+        self.all_resources_required_in_sotw
+    }
+
+    /// [`XdsResourceType::decode`], with the value type-erased.
+    pub fn decode(&self, bytes: &[u8]) -> Result<(String, ResourceValue), DecodeError> {
+        (self.decode)(bytes)
+    }
+}
+
+impl Debug for ResourceTypeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.type_url)
     }
 }
 
@@ -149,24 +197,26 @@ impl<T: Any + Debug + PartialEq + Send + Sync> ValueObject for T {
 }
 
 /// A decoded, validated resource as the client caches it: cheap to clone and shared
-/// by every watcher of the resource.
+/// by every watcher of the resource. Read it as its type with [`get`](Self::get) or
+/// [`to_arc`](Self::to_arc): `value.get::<Cds>()` is the `ClusterResource`.
 #[derive(Clone)]
 pub struct ResourceValue(Arc<dyn ValueObject>);
 
 impl ResourceValue {
-    /// Wraps a decoded value.
-    pub fn new<T: Any + Debug + PartialEq + Send + Sync>(value: T) -> ResourceValue {
+    /// Wraps a decoded value (for tests and custom decoders; the client wraps what
+    /// [`XdsResourceType::decode`] returns).
+    pub fn new<V: Any + Debug + PartialEq + Send + Sync>(value: V) -> ResourceValue {
         ResourceValue(Arc::new(value))
     }
 
-    /// The value as `T`, if that is its type.
-    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
-        self.0.as_any().downcast_ref::<T>()
+    /// The value as `T`'s value type, if it is one.
+    pub fn get<T: XdsResourceType>(&self) -> Option<&T::Value> {
+        self.0.as_any().downcast_ref::<T::Value>()
     }
 
-    /// The value as a shared `Arc<T>`, if that is its type.
-    pub fn downcast_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.0.clone().as_any_arc().downcast::<T>().ok()
+    /// The value as a shared `Arc` of `T`'s value type, if it is one (no copy).
+    pub fn to_arc<T: XdsResourceType>(&self) -> Option<Arc<T::Value>> {
+        self.0.clone().as_any_arc().downcast::<T::Value>().ok()
     }
 
     /// True when both hold the same type and equal values.
@@ -205,59 +255,48 @@ pub struct Eds;
 
 impl XdsResourceType for Lds {
     type Value = ListenerResource;
-    fn type_url(&self) -> &'static str {
-        type_url::LISTENER
-    }
-    fn all_resources_required_in_sotw(&self) -> bool {
-        true
-    }
-    fn decode(&self, bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
+    const TYPE_URL: &'static str = type_url::LISTENER;
+    const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = true;
+    fn decode(bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
         listener::decode(bytes)
     }
 }
 
 impl XdsResourceType for Rds {
     type Value = RouteConfigResource;
-    fn type_url(&self) -> &'static str {
-        type_url::ROUTE_CONFIGURATION
-    }
-    fn all_resources_required_in_sotw(&self) -> bool {
-        false
-    }
-    fn decode(&self, bytes: &[u8]) -> Result<(String, RouteConfigResource), DecodeError> {
+    const TYPE_URL: &'static str = type_url::ROUTE_CONFIGURATION;
+    const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+    fn decode(bytes: &[u8]) -> Result<(String, RouteConfigResource), DecodeError> {
         route::decode(bytes)
     }
 }
 
 impl XdsResourceType for Cds {
     type Value = ClusterResource;
-    fn type_url(&self) -> &'static str {
-        type_url::CLUSTER
-    }
-    fn all_resources_required_in_sotw(&self) -> bool {
-        true
-    }
-    fn decode(&self, bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
+    const TYPE_URL: &'static str = type_url::CLUSTER;
+    const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = true;
+    fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
         cluster::decode(bytes)
     }
 }
 
 impl XdsResourceType for Eds {
     type Value = EndpointsResource;
-    fn type_url(&self) -> &'static str {
-        type_url::CLUSTER_LOAD_ASSIGNMENT
-    }
-    fn all_resources_required_in_sotw(&self) -> bool {
-        false
-    }
-    fn decode(&self, bytes: &[u8]) -> Result<(String, EndpointsResource), DecodeError> {
+    const TYPE_URL: &'static str = type_url::CLUSTER_LOAD_ASSIGNMENT;
+    const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+    fn decode(bytes: &[u8]) -> Result<(String, EndpointsResource), DecodeError> {
         endpoint::decode(bytes)
     }
 }
 
 /// The four built-in types, in the order the client registers them.
-pub fn builtin_types() -> Vec<Arc<dyn ErasedResourceType>> {
-    vec![Arc::new(Lds), Arc::new(Rds), Arc::new(Cds), Arc::new(Eds)]
+pub fn builtin_types() -> Vec<ResourceTypeInfo> {
+    vec![
+        ResourceTypeInfo::of::<Lds>(),
+        ResourceTypeInfo::of::<Rds>(),
+        ResourceTypeInfo::of::<Cds>(),
+        ResourceTypeInfo::of::<Eds>(),
+    ]
 }
 
 impl ListenerResource {
