@@ -23,6 +23,10 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::DetHashMap as HashMap;
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::bootstrap::{Bootstrap, ServerConfig};
+use crate::metrics::{
+    CacheState, OLD_STYLE_AUTHORITY, ResourceCount, ServerMetrics, TypeUpdates, XdsClientMetrics,
+    resource_type_label,
+};
 use crate::names;
 use crate::pb::envoy::service::discovery::v3 as discovery;
 use crate::resource::{self, ResourceTypeInfo, ResourceValue, XdsResourceType};
@@ -701,6 +705,29 @@ impl ResourceEntry {
         self.cached.is_some() || self.does_not_exist
     }
 
+    /// The A78 `grpc.xds.cache_state`.
+    fn cache_state(&self) -> CacheState {
+        let cached = self.cached.is_some();
+        match () {
+            _ if self.server_error.is_some() && cached => CacheState::ReceivedErrorButCached,
+            _ if self.server_error.is_some() => CacheState::ReceivedError,
+            _ if self.nack.is_some() && cached => CacheState::NackedButCached,
+            _ if self.nack.is_some() => CacheState::Nacked,
+            _ if cached
+                && self
+                    .error
+                    .as_ref()
+                    .is_some_and(|e| e.kind == ErrorKind::DeletionIgnored) =>
+            {
+                CacheState::DoesNotExistButCached
+            }
+            _ if cached => CacheState::Acked,
+            _ if self.does_not_exist => CacheState::DoesNotExist,
+            _ if self.timed_out => CacheState::Timeout,
+            _ => CacheState::Requested,
+        }
+    }
+
     fn status(&self) -> ResourceStatusKind {
         if self.server_error.is_some() {
             ResourceStatusKind::ReceivedError
@@ -814,6 +841,9 @@ struct ServerTypeState {
     /// rejected or not watched), to recognise unchanged resources of a SotW resend
     /// without decoding or hashing their names.
     last_slots: Vec<Option<Slot>>,
+    /// Valid and invalid resources received of this type (A78 `resource_updates_*`).
+    updates_valid: u64,
+    updates_invalid: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -879,6 +909,10 @@ struct ServerState {
     backoff: Backoff,
     connectivity_error: Option<XdsError>,
     types: Vec<ServerTypeState>,
+    /// A response arrived since the last connectivity failure (A78 `connected`).
+    responded: bool,
+    /// Healthy-to-unhealthy transitions (A78 `server_failure`).
+    failures: u64,
 }
 
 impl ServerState {
@@ -1024,6 +1058,55 @@ impl XdsClient {
             }
         }
         out
+    }
+
+    /// The gRFC A78 metrics of this client (without `grpc.target`, which the embedder
+    /// knows): per-server counters and connection state, and the resources gauge. The
+    /// gauge is counted on each call, in time linear in the watched resources.
+    pub fn metrics(&self) -> XdsClientMetrics {
+        let servers = self
+            .servers
+            .iter()
+            .map(|srv| ServerMetrics {
+                server: Arc::from(srv.config.server_uri.as_str()),
+                connected: srv.responded,
+                failures: srv.failures,
+                updates: srv
+                    .types
+                    .iter()
+                    .zip(&self.types)
+                    .filter(|(ts, _)| ts.updates_valid + ts.updates_invalid > 0)
+                    .map(|(ts, ty)| TypeUpdates {
+                        resource_type: resource_type_label(ty.type_url()),
+                        valid: ts.updates_valid,
+                        invalid: ts.updates_invalid,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut counts: std::collections::BTreeMap<(usize, usize, CacheState), u64> =
+            std::collections::BTreeMap::new();
+        for (t, table) in self.resources.iter().enumerate() {
+            for entry in table.values() {
+                *counts
+                    .entry((entry.authority, t, entry.cache_state()))
+                    .or_default() += 1;
+            }
+        }
+        let mut resources: Vec<ResourceCount> = counts
+            .into_iter()
+            .map(|((a, t, cache_state), count)| ResourceCount {
+                authority: self.authorities[a]
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| OLD_STYLE_AUTHORITY.to_string()),
+                resource_type: resource_type_label(self.types[t].type_url()),
+                cache_state,
+                count,
+            })
+            .collect();
+        resources.sort();
+        XdsClientMetrics { servers, resources }
     }
 
     /// The CSDS `GenericXdsConfig` entries of this client.
@@ -1319,6 +1402,8 @@ impl XdsClient {
             stream: None,
             backoff: Backoff::new(self.config.backoff),
             connectivity_error: None,
+            responded: false,
+            failures: 0,
             types: self
                 .types
                 .iter()
@@ -1373,6 +1458,7 @@ impl XdsClient {
         let srv = &mut self.servers[server];
         srv.backoff.reset();
         srv.connectivity_error = None;
+        srv.responded = true;
         let mut lowers: Vec<usize> = Vec::new();
         let mut changed: Vec<(usize, TypeIdx)> = Vec::new();
         for a in 0..self.authorities.len() {
@@ -1750,7 +1836,12 @@ impl XdsClient {
     /// active server of, falls back (A71) or reports the error to the watchers.
     fn report_connectivity_error(&mut self, server: usize, error: XdsError) {
         self.cancel_resource_timers(server);
-        self.servers[server].connectivity_error = Some(error.clone());
+        let srv = &mut self.servers[server];
+        if srv.connectivity_error.is_none() {
+            srv.failures += 1;
+        }
+        srv.responded = false;
+        srv.connectivity_error = Some(error.clone());
         for a in 0..self.authorities.len() {
             if self.authorities[a].active() != Some(server) || self.maybe_fallback(a) {
                 continue;
@@ -1782,6 +1873,7 @@ impl XdsClient {
         self.timers.cancel(&TimerKey::Reconnect(server));
         srv.backoff.reset();
         srv.connectivity_error = None;
+        srv.responded = false;
         for ts in &mut srv.types {
             ts.version.clear();
         }
@@ -1854,6 +1946,8 @@ impl XdsClient {
         let version: Arc<str> = Arc::from(response.version_info.as_str());
         let mut errors: Vec<String> = Vec::new();
         let mut unnamed_error = false;
+        // Resources that decoded and validated (A78); the rest of `count` were invalid.
+        let mut valid = 0u64;
         self.responses_applied += 1;
         let stamp = self.responses_applied;
         // Every named resource of the response in order: watched ones by slot (each
@@ -1885,6 +1979,7 @@ impl XdsClient {
             {
                 entry.seen_in = stamp;
                 entry.seen_at = items.len() as u32;
+                valid += 1;
                 items.push((Some(*slot), Outcome::Unchanged));
                 order.push(Some(*slot));
                 continue;
@@ -1894,6 +1989,7 @@ impl XdsClient {
                     let name = canonical_name(name);
                     match note_item(table, &mut unwatched, items.len(), stamp, &name) {
                         Seen::First(slot) => {
+                            valid += 1;
                             items.push((slot, Outcome::Changed(value, raw)));
                             order.push(slot);
                         }
@@ -1925,7 +2021,10 @@ impl XdsClient {
                 }
             }
         }
-        self.servers[server].types[t].last_slots = order;
+        let sts = &mut self.servers[server].types[t];
+        sts.last_slots = order;
+        sts.updates_valid += valid;
+        sts.updates_invalid += (count as u64) - valid;
 
         // The item a name had in this response, if any.
         let item_of = |table: &ResourceTable, name: &str| match table.get(name) {

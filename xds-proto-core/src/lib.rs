@@ -18,6 +18,7 @@ pub mod backoff;
 pub mod bootstrap;
 pub mod client;
 pub mod dependency;
+pub mod metrics;
 pub mod names;
 pub mod pool;
 pub mod resource;
