@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The project's test command: `./scripts/test.sh`.
 #
-# 1. `cargo test --workspace`: unit, scenario, property and fuzz-regression tests, and the
-#    deterministic simulation over a bounded number of seeds (XDS_SIM_SEEDS, default in
-#    tests/tests/simulation.rs).
-# 2. A fuzz smoke test: installs cargo-fuzz if it is missing, builds every target in fuzz/
+# 1. Gates: `cargo fmt --check`; `cargo clippy --workspace --all-targets -- -D warnings`;
+#    `cargo doc --workspace --no-deps` with rustdoc warnings denied (broken links, missing
+#    docs where a crate warns on them).
+# 2. `cargo test --workspace`: unit, scenario, property and fuzz-regression tests, doc
+#    tests, the examples (custom_loop runs), and the deterministic simulation over a
+#    bounded number of seeds (XDS_SIM_SEEDS, default in tests/tests/simulation.rs).
+# 3. A fuzz smoke test: installs cargo-fuzz if it is missing, builds every target in fuzz/
 #    once, and runs each for FUZZ_SECONDS (default 60) on stable (`--sanitizer none`),
 #    starting from the committed seeds.
 #
-# The last line counts what ran: cargo's passed/failed tests plus one per fuzz target.
+# The last line counts what ran: one per gate, cargo's passed/failed tests, plus one per
+# fuzz target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -17,6 +21,21 @@ passed=0
 failed=0
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+
+gate() {
+    local name="$1"
+    shift
+    echo "== gate: $name"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        echo "gate FAILED: $name"
+        failed=$((failed + 1))
+    fi
+}
+gate "cargo fmt --check" cargo fmt --all -- --check
+gate "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+gate "cargo doc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 echo "== cargo test --workspace"
 cargo test --workspace 2>&1 | tee "$log"

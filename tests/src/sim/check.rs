@@ -1725,7 +1725,7 @@ impl CheckedClient {
         a.servers.iter().position(|c| *c == **config)
     }
 
-    /// A71 fallback. The model ([`AuthorityModel::allowed`]) is brought up to date for
+    /// A71 fallback. The model (`AuthorityModel::allowed`) is brought up to date for
     /// the step (watched authorities use their primary; while every server before the
     /// next has a connectivity failure standing and some watched resource is uncached,
     /// the next may be used too), then the client is held to it:

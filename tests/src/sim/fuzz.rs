@@ -9,7 +9,7 @@
 //!   one resource of every type, and through each type's decoder, into a client with
 //!   watches on a connected stream.
 //! - [`bootstrap`]: the bytes as bootstrap JSON; whatever parses must round-trip through
-//!   [`bootstrap_json::to_json`](super::bootstrap_json::to_json) and take watches.
+//!   [`bootstrap_json::to_json`] and take watches.
 //!
 //! Every function panics, with the broken rule, when an invariant fails.
 
