@@ -22,10 +22,12 @@
 //! runtime (so an async-std test can use it without a tokio runtime of its own).
 //!
 //! [`resources`] builds valid (and deliberately invalid) Envoy resources, and [`demo`]
-//! holds the small mesh the CLI's demo serves.
+//! holds the small mesh the CLI's demo serves. [`suite`] and [`config_suite`] are the
+//! adapters' integration scenarios, written once for any runtime.
 
 #![warn(missing_docs)]
 
+pub mod config_suite;
 pub mod demo;
 pub mod resources;
 mod server;
