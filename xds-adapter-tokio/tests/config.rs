@@ -6,8 +6,13 @@ use xds_adapter_tokio::TokioRuntime;
 use xds_test_server::config_suite;
 
 #[tokio::test]
-async fn config_stream_follows_the_mesh_routes_rpcs_and_cancels_on_drop() {
+async fn config_stream_follows_the_mesh_and_routes_rpcs() {
     config_suite::config_stream::<TokioRuntime>().await;
+}
+
+#[tokio::test]
+async fn clusters_in_use_stay_until_released_and_dropping_the_stream_cancels_its_watches() {
+    config_suite::config_stream_holds_clusters::<TokioRuntime>().await;
 }
 
 #[tokio::test]

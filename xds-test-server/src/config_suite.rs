@@ -161,30 +161,34 @@ fn subscribed(requests: &[RecordedRequest], type_url: &str) -> Vec<String> {
     names
 }
 
-/// The whole A74/A31 path over a real ADS stream: the first config holds the listener,
-/// the routes and both clusters with their endpoints, and its selector routes by path
-/// and weight; a new route weight and a removed cluster each give a new config (the
-/// removed cluster as its error, and RPCs routed to it fail with UNAVAILABLE); the
-/// selector's picks and `hold_cluster` keep clusters watched and in the config after
-/// the routes drop them (A31's two-step removal), until released; and dropping the
-/// stream unsubscribes everything it watched, leaving other watches alone.
-pub async fn config_stream<R: Runtime>() {
-    let rt = R::current().expect("a runtime");
+/// A loopback server serving the mesh, a client (with `fail_on_data_errors` when
+/// `features` says so) and its config stream for the listener.
+async fn start<R: Runtime>(features: &str) -> (LoopbackServer, Client<R>, ConfigStream) {
     let server = LoopbackServer::start();
     serve_mesh(&server);
-    // A88: a cluster the server stops sending is removed (not kept as an ambient error)
-    // only under fail_on_data_errors.
-    let json = server.bootstrap_json("config-node", None).replace(
-        r#""server_features": ["xds_v3"]"#,
-        r#""server_features": ["xds_v3", "fail_on_data_errors"]"#,
-    );
-    assert!(json.contains("fail_on_data_errors"), "{json}");
+    let json = server
+        .bootstrap_json("config-node", None)
+        .replace(r#""server_features": ["xds_v3"]"#, features);
+    assert!(json.contains(features), "{json}");
     let client = Client::<R>::builder(Bootstrap::from_json_str(&json).expect("bootstrap"))
         .seed(7)
         .build()
         .expect("client");
-    let mut stream = client.watch_config(LISTENER).await.expect("watch config");
+    let stream = client.watch_config(LISTENER).await.expect("watch config");
     assert_eq!(stream.listener_name(), LISTENER);
+    (server, client, stream)
+}
+
+/// The whole A74/A31 path over a real ADS stream: the first config holds the listener,
+/// the routes and both clusters with their endpoints, and its selector routes by path
+/// and weight; a new route weight and a removed cluster each give a new config (the
+/// removed cluster as its error, and RPCs routed to it fail with UNAVAILABLE).
+pub async fn config_stream<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    // A88: a cluster the server stops sending is removed (not kept as an ambient error)
+    // only under fail_on_data_errors.
+    let (server, client, mut stream) =
+        start::<R>(r#""server_features": ["xds_v3", "fail_on_data_errors"]"#).await;
 
     // The first config: everything resolved, consistently.
     let first = config_where(&rt, &mut stream, "the first config", |_| true).await;
@@ -241,19 +245,23 @@ pub async fn config_stream<R: Runtime>() {
     assert!(failed.message.contains("beta"), "{failed}");
     assert_eq!(picked(&removed, "/api.Echo/Say", 0), "alpha");
 
-    // Bring beta back, and start an RPC on it.
-    server.set_resources(
-        CDS,
-        "3",
-        vec![cluster("alpha"), cluster("beta"), cluster("gamma")],
-    );
-    let back = config_where(&rt, &mut stream, "beta back", |u| {
-        matches!(u.config.cluster("beta"), Some(Ok(_)))
-    })
-    .await;
-    let rpc = pick(&back, "/api.Echo/Say", u32::MAX).expect("a pick");
+    drop((first, reweighted, removed));
+    client.shutdown().await;
+    server.stop().await;
+}
+
+/// A31's two-step removal through the driver: the selector's picks and `hold_cluster`
+/// keep clusters watched and in the config after the routes drop them, until released;
+/// and dropping the stream unsubscribes everything it watched, leaving other watches
+/// of the client alone.
+pub async fn config_stream_holds_clusters<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let (server, client, mut stream) = start::<R>(r#""server_features": ["xds_v3"]"#).await;
+    let first = config_where(&rt, &mut stream, "the first config", |_| true).await;
+    // An RPC on beta.
+    let rpc = pick(&first, "/api.Echo/Say", u32::MAX).expect("a pick");
     assert_eq!(rpc.cluster().cluster(), Some("beta"));
-    drop((first, reweighted, removed, back));
+    drop(first);
 
     // The routes drop beta; the in-flight RPC keeps it watched and in the config.
     server.set_resources(RDS, "3", vec![routes(None)]);
