@@ -28,14 +28,15 @@ use futures::channel::oneshot;
 use xds_proto_core::dependency::{XdsConfig, XdsDependencyManager};
 use xds_proto_core::selector::{
     CLUSTER_CHILD_PREFIX, ClusterChild, ClusterHandle, ClusterRegistry, ConfigSelector,
+    LbConfigJson,
 };
 use xds_proto_core::{Notification, WatchError, XdsClient, XdsError};
 
 use crate::client::{Error, Inner};
 use crate::driver::Command;
 
-/// One resolved configuration of a target: the [`XdsConfig`] and the selector built
-/// from it. Both are shared: cloning is two reference-count increments.
+/// One resolved configuration of a target: the [`XdsConfig`], the selector built from
+/// it and the LB config. All are shared: cloning is three reference-count increments.
 #[derive(Clone, Debug)]
 pub struct ConfigUpdate {
     /// Everything the channel needs: listener, route configuration, chosen virtual
@@ -44,6 +45,10 @@ pub struct ConfigUpdate {
     /// Picks a route and a cluster for each RPC from its path and headers. It holds
     /// its clusters: keep it while RPCs may still be routed with it.
     pub selector: Arc<ConfigSelector>,
+    /// The service config's `loadBalancingConfig` (A31's
+    /// `xds_cluster_manager_experimental`): this selector's clusters and every cluster
+    /// an earlier selector, an in-flight RPC or a hold still uses.
+    pub lb_config: Arc<LbConfigJson>,
 }
 
 /// What a config stream yields: a new configuration, or the error RPCs to the target
@@ -229,9 +234,13 @@ impl Entry {
     fn flush(&mut self, core: &mut XdsClient) {
         self.dirty = false;
         while let Some(update) = self.manager.poll_update() {
-            let update = update.map(|config| ConfigUpdate {
-                selector: Arc::new(ConfigSelector::new(&config, &mut self.registry)),
-                config,
+            let update = update.map(|config| {
+                let selector = Arc::new(ConfigSelector::new(&config, &mut self.registry));
+                ConfigUpdate {
+                    lb_config: Arc::new(self.registry.lb_config()),
+                    selector,
+                    config,
+                }
             });
             self.slot.publish(update);
             self.sync_held(core);

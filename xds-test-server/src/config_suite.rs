@@ -208,6 +208,12 @@ pub async fn config_stream<R: Runtime>() {
         Some(vec![("alpha".into(), 70), ("beta".into(), 30)])
     );
     assert_eq!(first.selector.children(), ["cluster:alpha", "cluster:beta"]);
+    let children = &first.lb_config[0]["xds_cluster_manager_experimental"]["children"];
+    assert_eq!(
+        children["cluster:beta"]["childPolicy"][0]["cds_experimental"]["cluster"], "beta",
+        "{}",
+        first.lb_config
+    );
     assert_eq!(picked(&first, "/api.Echo/Say", 0), "alpha");
     assert_eq!(picked(&first, "/api.Echo/Say", u32::MAX), "beta");
     assert_eq!(picked(&first, "/health.Check/Ping", u32::MAX), "alpha");
@@ -270,6 +276,11 @@ pub async fn config_stream_holds_clusters<R: Runtime>() {
     })
     .await;
     assert_eq!(narrowed.selector.children(), ["cluster:alpha"]);
+    assert!(
+        narrowed.lb_config.to_string().contains("cluster:beta"),
+        "the LB config keeps beta's child: {}",
+        narrowed.lb_config
+    );
     assert_eq!(
         cluster_names(&narrowed.config),
         ["alpha", "beta"],
@@ -295,6 +306,11 @@ pub async fn config_stream_holds_clusters<R: Runtime>() {
     })
     .await;
     assert_eq!(picked(&released, "/api.Echo/Say", u32::MAX), "alpha");
+    assert!(
+        !released.lb_config.to_string().contains("cluster:beta"),
+        "{}",
+        released.lb_config
+    );
     server_saw(&rt, &server, "only alpha subscribed", |reqs, _| {
         (subscribed(reqs, CDS) == ["alpha"] && subscribed(reqs, EDS) == ["alpha"]).then_some(())
     })
