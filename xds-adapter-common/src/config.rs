@@ -224,7 +224,8 @@ struct Entry {
     /// The clusters subscribed in the manager because some handle holds them.
     held: BTreeSet<String>,
     slot: Arc<Latest>,
-    /// A notification arrived since the last flush.
+    /// The manager may have an update since the last flush (a notification, a hold or
+    /// a release reached it).
     dirty: bool,
 }
 
@@ -294,6 +295,7 @@ impl ConfigWatches {
         }
     }
 
+    /// Starts or stops a stream's manager, or takes a hold on a cluster for it.
     pub(crate) fn on_command(&mut self, core: &mut XdsClient, command: ConfigCommand) {
         match command {
             ConfigCommand::Start {
