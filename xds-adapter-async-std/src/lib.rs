@@ -31,6 +31,42 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! **Resolved configurations (gRFC A74, A31).** [`Client::watch_config`] follows a
+//! target from its listener through its route configuration and clusters (aggregate
+//! ones included) to their endpoints, inside the client's driver, and yields one
+//! consistent [`XdsConfig`] at a time with the [`ConfigSelector`] that routes RPCs by
+//! it. A pick's [`Selection`] holds its cluster: a cluster the routes drop stays watched
+//! and in the config until the last RPC using it lets go (A31's two-step removal), and
+//! [`ConfigStream::hold_cluster`] holds one outside the routes. A slow reader gets the
+//! newest config; dropping the stream cancels its watches.
+//!
+//! ```no_run
+//! use futures::StreamExt;
+//! use xds_adapter_async_std::Client;
+//! use xds_adapter_async_std::xds_proto_core::selector::RngCore;
+//!
+//! # async fn example(client: Client, rng: &mut impl RngCore) -> Result<(), xds_adapter_async_std::Error> {
+//! let mut configs = client.watch_config("my-service.example.com").await?;
+//! while let Some(update) = configs.next().await {
+//!     let update = match update {
+//!         Ok(update) => update,
+//!         Err(e) => {
+//!             println!("RPCs fail: {e}");
+//!             continue;
+//!         }
+//!     };
+//!     println!("{} clusters", update.config.clusters.len());
+//!     let headers = [("x-user", "alice")];
+//!     match update.selector.select("/pkg.Service/Method", &headers, rng) {
+//!         // Keep `pick` until the RPC is committed: it holds the cluster.
+//!         Ok(pick) => println!("route {} → {:?}", pick.route_index(), pick.cluster()),
+//!         Err(status) => println!("the RPC fails: {status}"),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 
@@ -40,13 +76,16 @@ use std::time::Duration;
 
 use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::{
-    ChannelEvent, ChannelEventStream, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
-    Error, RawWatchStream, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
+    ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream, ConfigUpdate,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, Runtime,
+    SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
 pub use xds_proto_core::bootstrap::{Bootstrap, BootstrapError};
+pub use xds_proto_core::dependency::XdsConfig;
 pub use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
+pub use xds_proto_core::selector::{ClusterHandle, ConfigSelector, Selection};
 
 /// The xDS client on async-std. See the crate documentation.
 pub type Client = xds_adapter_common::Client<AsyncStdRuntime>;

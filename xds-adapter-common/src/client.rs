@@ -17,6 +17,7 @@ use xds_proto_core::{
     Bootstrap, ResourceSnapshot, WatchError, XdsClient, XdsClientConfig, XdsResourceType,
 };
 
+use crate::config::{ConfigCommand, ConfigStream, Latest};
 use crate::driver::{Command, Driver};
 use crate::pool::ClientPool;
 use crate::runtime::Runtime;
@@ -365,6 +366,46 @@ impl<R> Client<R> {
             T::TYPE_URL,
             name,
         )))
+    }
+
+    /// Follows a target's configuration from its listener (gRFC A74): the listener, its
+    /// route configuration, the clusters its routes use (aggregate ones included) and
+    /// their endpoints, yielded as one consistent [`ConfigUpdate`](crate::ConfigUpdate)
+    /// whenever any of them changes, with the gRFC A31 config selector that routes RPCs
+    /// by it. Virtual hosts are chosen by the listener name as the data-plane authority
+    /// (a target `xds:///name` resolves to listener `name`); see
+    /// [`watch_config_for_authority`](Self::watch_config_for_authority).
+    ///
+    /// The dependency manager runs in the client's driver. Dropping the stream cancels
+    /// all its watches.
+    ///
+    /// # Errors
+    /// [`Error::Watch`] when the core refuses the listener name, [`Error::Shutdown`]
+    /// when the client has stopped.
+    pub async fn watch_config(&self, listener: &str) -> Result<ConfigStream, Error> {
+        self.watch_config_for_authority(listener, listener).await
+    }
+
+    /// Like [`watch_config`](Self::watch_config), choosing virtual hosts by
+    /// `data_plane_authority` (e.g. `foo.example.com:8443`).
+    ///
+    /// # Errors
+    /// As for [`watch_config`](Self::watch_config).
+    pub async fn watch_config_for_authority(
+        &self,
+        listener: &str,
+        data_plane_authority: &str,
+    ) -> Result<ConfigStream, Error> {
+        let slot = Arc::new(Latest::default());
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Config(ConfigCommand::Start {
+            listener: listener.to_string(),
+            authority: data_plane_authority.to_string(),
+            slot: slot.clone(),
+            reply,
+        }))?;
+        let id = answer.await.map_err(|_| Error::Shutdown)??;
+        Ok(ConfigStream::new(slot, self.inner.clone(), id, listener))
     }
 
     /// Every watched resource's state, ordered by type, then name.

@@ -1,7 +1,8 @@
 //! The drive loop: one task owns the [`XdsClient`]. It takes one input at a time (a
-//! command from a handle, a report from a stream task, or its timer), makes the one
-//! matching mutation, drains `poll_action()` until it is empty, and sleeps until
-//! `poll_timeout()`.
+//! command from a handle, a report from a stream task, a cluster released by a config
+//! stream's selector, or its timer), makes the one matching mutation, drains
+//! `poll_action()` until it is empty (notifications of the config streams' dependency
+//! managers go to them, see [`ConfigWatches`]), and sleeps until `poll_timeout()`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use xds_proto_core::{
 };
 
 use crate::ads::{Report, StreamTask, TaskMessage};
+use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
 use crate::runtime::{BoxFuture, Runtime};
 use crate::transport::{ChannelSlot, TransportSettings};
 
@@ -149,6 +151,7 @@ pub(crate) enum Command {
     ClientConfig(oneshot::Sender<CsdsClientConfig>),
     ServerErrors(oneshot::Sender<Vec<(Arc<str>, Option<String>)>>),
     Subscribe(UnboundedSender<ChannelEvent>),
+    Config(ConfigCommand),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -173,6 +176,7 @@ struct StreamEntry {
 enum Input {
     Task(TaskMessage),
     Command(Command),
+    Released(ConfigId),
     Timer(Instant),
     Closed,
 }
@@ -186,6 +190,7 @@ pub(crate) struct Driver<R: Runtime> {
     reports_tx: UnboundedSender<TaskMessage>,
     reports: UnboundedReceiver<TaskMessage>,
     watchers: HashMap<WatcherId, UnboundedSender<WatchEvent>>,
+    configs: ConfigWatches,
     streams: HashMap<StreamId, StreamEntry>,
     channels: HashMap<ServerId, Arc<ChannelSlot>>,
     subscribers: Vec<UnboundedSender<ChannelEvent>>,
@@ -208,6 +213,7 @@ impl<R: Runtime> Driver<R> {
             reports_tx,
             reports,
             watchers: HashMap::new(),
+            configs: ConfigWatches::new(),
             streams: HashMap::new(),
             channels: HashMap::new(),
             subscribers: Vec::new(),
@@ -230,6 +236,9 @@ impl<R: Runtime> Driver<R> {
                     Poll::Ready(None) => return Poll::Ready(Input::Closed),
                     Poll::Pending => {}
                 }
+                if let Poll::Ready(id) = self.configs.poll_released(cx) {
+                    return Poll::Ready(Input::Released(id));
+                }
                 if let Some((deadline, sleep)) = &mut self.sleep
                     && sleep.poll_unpin(cx).is_ready()
                 {
@@ -243,6 +252,7 @@ impl<R: Runtime> Driver<R> {
                 Input::Task(message) => self.on_task_message(message, now),
                 Input::Command(Command::Shutdown(reply)) => break Some(reply),
                 Input::Command(command) => self.on_command(command),
+                Input::Released(id) => self.configs.on_released(&mut self.core, id),
                 Input::Timer(deadline) => {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
@@ -329,6 +339,7 @@ impl<R: Runtime> Driver<R> {
                 let _ = reply.send(out);
             }
             Command::Subscribe(sender) => self.subscribers.push(sender),
+            Command::Config(command) => self.configs.on_command(&mut self.core, command),
             Command::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }
@@ -449,9 +460,16 @@ impl<R: Runtime> Driver<R> {
         }
     }
 
+    /// Applies every action; then lets the config streams publish what their managers
+    /// resolved, which may start or cancel watches, until nothing is left to do.
     fn drain_actions(&mut self) {
-        while let Some(action) = self.core.poll_action() {
-            self.apply(action);
+        loop {
+            while let Some(action) = self.core.poll_action() {
+                self.apply(action);
+            }
+            if !self.configs.flush(&mut self.core) {
+                return;
+            }
         }
     }
 
@@ -553,6 +571,9 @@ impl<R: Runtime> Driver<R> {
                     }
                     other => tracing::debug!(watcher = %n.watcher, event = ?other, "watch event"),
                 }
+                if self.configs.handle_notification(&mut self.core, &n) {
+                    return;
+                }
                 if let Some(sender) = self.watchers.get(&n.watcher)
                     && sender.unbounded_send(n.event).is_err()
                 {
@@ -573,6 +594,7 @@ impl<R: Runtime> Driver<R> {
         }
         self.channels.clear();
         self.watchers.clear();
+        self.configs.close_all();
         self.subscribers.clear();
         self.sleep = None;
     }

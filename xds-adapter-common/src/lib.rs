@@ -15,6 +15,9 @@
 //! - the **watch streams** ([`WatchStream`], [`RawWatchStream`]): a typed
 //!   `watch::<Cds>(name)` returns a `Stream` of [`WatchUpdate`]s, and dropping it
 //!   cancels the watch;
+//! - the **config streams** ([`ConfigStream`]): `watch_config(listener)` runs gRFC A74's
+//!   dependency manager inside the driver and yields each resolved `XdsConfig` with
+//!   its gRFC A31 config selector ([`ConfigUpdate`]); dropping it cancels its watches;
 //! - the **ADS transport** (`transport`, `ads`): one HTTP/2 connection per server
 //!   (TCP, then rustls for `tls` channel credentials, then the HTTP/2 handshake),
 //!   carrying `StreamAggregatedResources` through tonic's generic client with a codec
@@ -41,6 +44,7 @@
 
 mod ads;
 mod client;
+mod config;
 pub mod csds;
 mod driver;
 mod io;
@@ -51,6 +55,7 @@ pub mod transport;
 mod watch;
 
 pub use client::{Client, ClientBuilder, Error};
+pub use config::{ConfigResult, ConfigStream, ConfigUpdate};
 pub use csds::CsdsService;
 pub use driver::ChannelEvent;
 pub use io::HyperIo;

@@ -54,6 +54,42 @@
 //! # }
 //! ```
 //!
+//! **Resolved configurations (gRFC A74, A31).** [`Client::watch_config`] follows a
+//! target from its listener through its route configuration and clusters (aggregate
+//! ones included) to their endpoints, inside the client's driver, and yields one
+//! consistent [`XdsConfig`] at a time with the [`ConfigSelector`] that routes RPCs by
+//! it. A pick's [`Selection`] holds its cluster: a cluster the routes drop stays watched
+//! and in the config until the last RPC using it lets go (A31's two-step removal), and
+//! [`ConfigStream::hold_cluster`] holds one outside the routes. A slow reader gets the
+//! newest config; dropping the stream cancels its watches.
+//!
+//! ```no_run
+//! use futures::StreamExt;
+//! use xds_adapter_tokio::Client;
+//! use xds_adapter_tokio::xds_proto_core::selector::RngCore;
+//!
+//! # async fn example(client: Client, rng: &mut impl RngCore) -> Result<(), xds_adapter_tokio::Error> {
+//! let mut configs = client.watch_config("my-service.example.com").await?;
+//! while let Some(update) = configs.next().await {
+//!     let update = match update {
+//!         Ok(update) => update,
+//!         Err(e) => {
+//!             println!("RPCs fail: {e}");
+//!             continue;
+//!         }
+//!     };
+//!     println!("{} clusters", update.config.clusters.len());
+//!     let headers = [("x-user", "alice")];
+//!     match update.selector.select("/pkg.Service/Method", &headers, rng) {
+//!         // Keep `pick` until the RPC is committed: it holds the cluster.
+//!         Ok(pick) => println!("route {} → {:?}", pick.route_index(), pick.cluster()),
+//!         Err(status) => println!("the RPC fails: {status}"),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! All protocol decisions are the core's; the drive loop, the watch streams and the
 //! transport are shared with the async-std adapter through `xds-adapter-common`.
 //! This crate only supplies [`TokioRuntime`]: spawning, the clock, sleeping and TCP.
@@ -73,13 +109,16 @@ pub use xds_adapter_common::csds::{
     CSDS_SERVICE_NAME, FETCH_CLIENT_STATUS_METHOD, STREAM_CLIENT_STATUS_METHOD,
 };
 pub use xds_adapter_common::{
-    ChannelEvent, ChannelEventStream, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
-    Error, RawWatchStream, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
+    ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream, ConfigUpdate,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, Runtime,
+    SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
 pub use xds_proto_core::bootstrap::{Bootstrap, BootstrapError};
+pub use xds_proto_core::dependency::XdsConfig;
 pub use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
+pub use xds_proto_core::selector::{ClusterHandle, ConfigSelector, Selection};
 
 /// The xDS client on tokio. See the crate documentation.
 pub type Client = xds_adapter_common::Client<TokioRuntime>;

@@ -22,14 +22,19 @@
 //! runtime (so an async-std test can use it without a tokio runtime of its own).
 //!
 //! [`resources`] builds valid (and deliberately invalid) Envoy resources, and [`demo`]
-//! holds the small mesh the CLI's demo serves.
+//! holds the small mesh the CLI's demo serves. [`suite`] and [`config_suite`] are the
+//! adapters' integration scenarios, written once for any runtime. The `tls` feature
+//! adds the `tls` module (a throwaway PKI built with rcgen, for tests only) and the TLS
+//! scenario; the CLI leaves it off.
 
 #![warn(missing_docs)]
 
+pub mod config_suite;
 pub mod demo;
 pub mod resources;
 mod server;
 pub mod suite;
+#[cfg(feature = "tls")]
 pub mod tls;
 
 pub use server::{LoopbackServer, RecordedRequest, RequestKind, ServerStats};

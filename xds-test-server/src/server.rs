@@ -170,7 +170,7 @@ impl LoopbackServer {
     }
 
     /// Starts a TLS server on 127.0.0.1 on a free port, with this rustls configuration
-    /// (see [`crate::tls::TestPki::server_config`]).
+    /// (for example `tls::TestPki::server_config`, with the `tls` feature).
     ///
     /// # Panics
     /// When no port can be bound on 127.0.0.1.

@@ -27,6 +27,7 @@ use xds_proto_core::{
 use crate::resources::{
     cluster, cluster_with, endpoints, invalid_cluster, listener, padded_cluster, route_config,
 };
+#[cfg(feature = "tls")]
 use crate::tls::TestPki;
 use crate::{LoopbackServer, RecordedRequest, RequestKind};
 
@@ -608,6 +609,7 @@ pub async fn does_not_exist_after_timeout<R: Runtime>(timeout: Option<Duration>)
 /// mTLS against a test CA: a client with the CA and its certificate gets the
 /// resource; one without a client certificate, and one trusting another CA, get a
 /// connectivity error naming the TLS failure.
+#[cfg(feature = "tls")]
 pub async fn tls_with_test_ca<R: Runtime>() {
     let rt = R::current().expect("a runtime");
     let pki = TestPki::generate();

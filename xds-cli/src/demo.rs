@@ -1,0 +1,129 @@
+//! The demo: with no xDS server given, the CLI starts the loopback management server on
+//! 127.0.0.1 serving `xds_test_server::demo`'s mesh plus two clusters that go wrong
+//! (`beta` gets a TP3 resource error; `legacy`, routed later, is never served), then
+//! plays a timeline of changes and failures against it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use xds_adapter_tokio::xds_proto_core::Code;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::config::core::v3::HealthStatus;
+use xds_adapter_tokio::xds_proto_core::pb::google::protobuf::Any;
+use xds_adapter_tokio::xds_proto_core::resource::type_url;
+use xds_test_server::resources::{self, PrefixRoute, RouteTarget};
+use xds_test_server::{LoopbackServer, demo};
+
+use crate::{START, stamp};
+
+const LDS: &str = type_url::LISTENER;
+const RDS: &str = type_url::ROUTE_CONFIGURATION;
+const CDS: &str = type_url::CLUSTER;
+const EDS: &str = type_url::CLUSTER_LOAD_ASSIGNMENT;
+
+/// The demo's routes: `/legacy` (when `legacy`) to a cluster that is never served,
+/// `/beta` to a cluster the server reports an error for, `/api` split between api-v1
+/// and api-v2, and everything else to web.
+fn routes(api_v2_weight: u32, legacy: bool) -> Any {
+    let mut routes = Vec::new();
+    if legacy {
+        routes.push(PrefixRoute {
+            prefix: "/legacy".into(),
+            target: RouteTarget::Cluster("legacy".into()),
+        });
+    }
+    routes.extend([
+        PrefixRoute {
+            prefix: "/beta".into(),
+            target: RouteTarget::Cluster("beta".into()),
+        },
+        PrefixRoute {
+            prefix: "/api".into(),
+            target: RouteTarget::Weighted(vec![
+                ("api-v1".into(), 100 - api_v2_weight),
+                ("api-v2".into(), api_v2_weight),
+            ]),
+        },
+        PrefixRoute {
+            prefix: "/".into(),
+            target: RouteTarget::Cluster("web".into()),
+        },
+    ]);
+    resources::route_config_with(demo::ROUTE_CONFIG, &[demo::LISTENER], &routes)
+}
+
+fn note(text: &str) {
+    say!("{} ── demo server: {text}", stamp());
+}
+
+/// Starts the demo server with the mesh's first versions.
+pub(crate) fn start_server() -> Arc<LoopbackServer> {
+    let server = LoopbackServer::start();
+    server.set_resources(LDS, "1", vec![demo::listener()]);
+    server.set_resources(RDS, "1", vec![routes(10, false)]);
+    server.set_resources(CDS, "1", demo::clusters());
+    server.set_resource_errors(
+        CDS,
+        "1",
+        vec![resources::resource_error(
+            "beta",
+            Code::PERMISSION_DENIED,
+            "cluster beta is not visible to this node",
+        )],
+    );
+    server.set_resources(EDS, "1", demo::all_endpoints(1));
+    Arc::new(server)
+}
+
+/// Plays the timeline. A configuration is emitted only once every cluster it routes
+/// to has arrived or failed (gRFC A74), so `legacy` holds back the routes that add it
+/// until the 3 s does-not-exist timer gives up on it.
+pub(crate) async fn run_script(server: Arc<LoopbackServer>) {
+    let sleep_until = |secs: f64| {
+        let start = *START.get_or_init(tokio::time::Instant::now);
+        tokio::time::sleep_until(start + Duration::from_secs_f64(secs))
+    };
+    sleep_until(1.5).await;
+    note("EDS v2: web scales to 4 endpoints, one UNHEALTHY");
+    server.set_resources(EDS, "2", demo::all_endpoints(2));
+    sleep_until(2.5).await;
+    note("RDS v2 routes /legacy to cluster legacy, which it never serves");
+    server.set_resources(RDS, "2", vec![routes(10, true)]);
+    sleep_until(4.0).await;
+    note("CDS v2: api-v2 becomes STATIC (invalid for gRPC)");
+    let mut clusters = vec![
+        resources::cluster("web"),
+        resources::cluster("api-v1"),
+        resources::invalid_cluster("api-v2"),
+    ];
+    server.set_resources(CDS, "2", clusters.clone());
+    sleep_until(6.0).await;
+    note("CDS v3 fixes api-v2; RDS v3 shifts /api to 50% api-v2");
+    clusters[2] = resources::cluster_with("api-v2", 2048);
+    server.set_resources(CDS, "3", clusters);
+    server.set_resources(RDS, "3", vec![routes(50, true)]);
+    sleep_until(7.0).await;
+    note("crashing (down for 2 s)");
+    server.stop().await;
+    sleep_until(9.0).await;
+    note("back on the same port");
+    server.restart();
+    sleep_until(10.5).await;
+    note("EDS v3: api-v1 drained endpoint removed");
+    let mut eds = demo::all_endpoints(2);
+    eds[1] = resources::endpoints_with(
+        "api-v1",
+        &[resources::Locality {
+            region: "eu-west".into(),
+            zone: "eu-west-1a".into(),
+            weight: 1,
+            priority: 0,
+            hosts: vec![resources::Host {
+                address: "10.0.3.10".into(),
+                port: 9090,
+                health: HealthStatus::Healthy,
+                weight: Some(1),
+            }],
+        }],
+    );
+    server.set_resources(EDS, "3", eds);
+}
