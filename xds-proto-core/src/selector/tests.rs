@@ -1,0 +1,87 @@
+//! Unit tests of the selector's private helpers; its behaviour is tested through the
+//! public API in `tests/tests/config_selector.rs`.
+
+use super::cluster_registry::base64;
+use super::matchers::{
+    contains_ignore_case, ends_with_ignore_case, starts_with_ignore_case, under_fraction,
+};
+use super::route_table::{regex_literal_prefix, service_key};
+use super::*;
+
+#[test]
+fn service_keys() {
+    assert_eq!(service_key("/pkg.Svc/Method"), Some("/pkg.Svc/"));
+    assert_eq!(service_key("/pkg.Svc/"), Some("/pkg.Svc/"));
+    assert_eq!(service_key("/pkg.Svc/a/b"), Some("/pkg.Svc/"));
+    assert_eq!(service_key("/pkg.Svc"), None);
+    assert_eq!(service_key("//x"), None);
+    assert_eq!(service_key("pkg/x"), None);
+    assert_eq!(service_key(""), None);
+}
+
+#[test]
+fn regex_literal_prefixes_are_conservative() {
+    for (pattern, literal) in [
+        ("/pkg\\.Svc/.*", "/pkg.Svc/"),
+        ("^/pkg\\.Svc/Get[0-9]+", "/pkg.Svc/Get"),
+        ("/a/bc*", "/a/b"),
+        ("/a/bc?d", "/a/b"),
+        ("/a/bc{0,2}", "/a/b"),
+        ("/a/bc+d", "/a/bc"),
+        ("/a\\/b\\d", "/a/b"),
+        ("/a/(b)", "/a/"),
+        ("/a/[bc]", "/a/"),
+        ("/a/b|/c/d", ""),
+        ("(?i)/a/b", ""),
+        (".*/M", ""),
+        ("\\Q/a", ""),
+        ("/ü/x", "/ü/x"),
+    ] {
+        assert_eq!(regex_literal_prefix(pattern), literal, "{pattern}");
+    }
+}
+
+#[test]
+fn base64_matches_rfc4648_vectors() {
+    for (input, out) in [
+        ("", ""),
+        ("f", "Zg=="),
+        ("fo", "Zm8="),
+        ("foo", "Zm9v"),
+        ("foob", "Zm9vYg=="),
+        ("fooba", "Zm9vYmE="),
+        ("foobar", "Zm9vYmFy"),
+    ] {
+        assert_eq!(base64(input.as_bytes()), out);
+    }
+}
+
+#[test]
+fn ignore_case_helpers() {
+    assert!(starts_with_ignore_case("/PKG.svc/M", "/pkg.SVC/"));
+    assert!(!starts_with_ignore_case("/p", "/pkg"));
+    assert!(ends_with_ignore_case("Value-ABC", "abc"));
+    assert!(contains_ignore_case("xxHeLLoyy", "hello"));
+    assert!(contains_ignore_case("x", ""));
+    assert!(!contains_ignore_case("hel", "hello"));
+}
+
+#[test]
+fn fraction_draw_bounds() {
+    struct Fixed(u32);
+    impl RngCore for Fixed {
+        fn next_u32(&mut self) -> u32 {
+            self.0
+        }
+        fn next_u64(&mut self) -> u64 {
+            u64::from(self.0)
+        }
+        fn fill_bytes(&mut self, dest: &mut [u8]) {
+            dest.fill(0);
+        }
+    }
+    assert!(under_fraction(1, &mut Fixed(0)));
+    assert!(!under_fraction(0, &mut Fixed(0)));
+    assert!(under_fraction(1_000_000, &mut Fixed(u32::MAX)));
+    assert!(!under_fraction(999_999, &mut Fixed(u32::MAX)));
+}
