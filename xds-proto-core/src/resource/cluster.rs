@@ -13,7 +13,10 @@ use prost::Message;
 
 use super::DecodeError;
 use super::listener::check_ads_or_self;
-use super::route::{FieldError, optional_duration, typed_config};
+use super::validate::{
+    FieldError, PortRange, decode_message, decode_resource, optional_duration, socket_port,
+    typed_config,
+};
 use crate::pb::envoy::config::cluster::v3 as cluster_pb;
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
@@ -165,8 +168,7 @@ pub struct UpstreamTls {
 /// (metadata, timeouts, health checks, the TLS common context, ...) is skipped on the
 /// wire.
 pub fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
-    let mut cluster = lite::Cluster::decode(bytes)
-        .map_err(|e| DecodeError::unnamed(format!("failed to decode Cluster: {e}")))?;
+    let mut cluster: lite::Cluster = decode_resource(bytes, "Cluster")?;
     let name = std::mem::take(&mut cluster.name);
     let value = parse_cluster(&name, cluster).map_err(|e| e.into_decode_error(&name))?;
     Ok((name, value))
@@ -266,7 +268,6 @@ fn parse_logical_dns(
     load_assignment: Option<&endpoint_pb::ClusterLoadAssignment>,
 ) -> Result<ClusterType, FieldError> {
     use core_pb::address::Address;
-    use core_pb::socket_address::PortSpecifier;
     use endpoint_pb::lb_endpoint::HostIdentifier;
     let Some(load_assignment) = load_assignment else {
         return Err(FieldError::new(
@@ -318,30 +319,8 @@ fn parse_logical_dns(
             "must be non-empty",
         ));
     }
-    let port = match &sa.port_specifier {
-        Some(PortSpecifier::PortValue(port)) => *port,
-        Some(PortSpecifier::NamedPort(_)) => {
-            return Err(FieldError::new(
-                format!("{sa_path}.named_port"),
-                "not supported (use port_value)",
-            ));
-        }
-        None => {
-            return Err(FieldError::new(
-                format!("{sa_path}.port_value"),
-                "field not present",
-            ));
-        }
-    };
-    let port = u16::try_from(port)
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| {
-            FieldError::new(
-                format!("{sa_path}.port_value"),
-                format!("invalid port {port} (must be in [1, 65535])"),
-            )
-        })?;
+    let port = socket_port(sa.port_specifier.as_ref().into(), PortRange::NonZero)
+        .map_err(|e| e.at(&sa_path))?;
     Ok(ClusterType::LogicalDns {
         host: sa.address.clone(),
         port,
@@ -362,12 +341,8 @@ fn parse_aggregate(
             format!("unsupported custom cluster type {:?}", config.type_url),
         ));
     }
-    let aggregate = aggregate_pb::ClusterConfig::decode(&config.value[..]).map_err(|e| {
-        FieldError::new(
-            "typed_config.value",
-            format!("can't decode ClusterConfig: {e}"),
-        )
-    })?;
+    let aggregate: aggregate_pb::ClusterConfig =
+        decode_message(&config.value, "typed_config.value", "ClusterConfig")?;
     if aggregate.clusters.is_empty() {
         return Err(FieldError::new(
             "typed_config.value.clusters",
@@ -505,16 +480,21 @@ fn parse_lb_policy_list(
         let parsed = match config.type_name() {
             ROUND_ROBIN_TYPE => Ok(LbPolicy::RoundRobin),
             RING_HASH_TYPE => parse_ring_hash(value),
-            LEAST_REQUEST_TYPE => lb_pb::least_request::v3::LeastRequest::decode(value)
-                .map_err(|e| FieldError::new("value", format!("can't decode LeastRequest: {e}")))
-                .and_then(|lr| least_request(lr.choice_count)),
+            LEAST_REQUEST_TYPE => decode_message::<lb_pb::least_request::v3::LeastRequest>(
+                value,
+                "value",
+                "LeastRequest",
+            )
+            .and_then(|lr| least_request(lr.choice_count)),
             WRR_LOCALITY_TYPE => parse_wrr_locality(value, depth),
             CSWRR_TYPE => parse_cswrr(value),
-            PICK_FIRST_TYPE => lb_pb::pick_first::v3::PickFirst::decode(value)
-                .map(|pf| LbPolicy::PickFirst {
-                    shuffle_address_list: pf.shuffle_address_list,
-                })
-                .map_err(|e| FieldError::new("value", format!("can't decode PickFirst: {e}"))),
+            PICK_FIRST_TYPE => {
+                decode_message::<lb_pb::pick_first::v3::PickFirst>(value, "value", "PickFirst").map(
+                    |pf| LbPolicy::PickFirst {
+                        shuffle_address_list: pf.shuffle_address_list,
+                    },
+                )
+            }
             _ => continue,
         };
         return parsed.map_err(|e| at(e.at("typed_extension_config.typed_config")));
@@ -527,8 +507,7 @@ fn parse_lb_policy_list(
 
 fn parse_ring_hash(value: &[u8]) -> Result<LbPolicy, FieldError> {
     use lb_pb::ring_hash::v3::{RingHash, ring_hash::HashFunction};
-    let rh = RingHash::decode(value)
-        .map_err(|e| FieldError::new("value", format!("can't decode RingHash: {e}")))?;
+    let rh: RingHash = decode_message(value, "value", "RingHash")?;
     if rh.hash_function != HashFunction::DefaultHash as i32
         && rh.hash_function != HashFunction::XxHash as i32
     {
@@ -541,8 +520,7 @@ fn parse_ring_hash(value: &[u8]) -> Result<LbPolicy, FieldError> {
 }
 
 fn parse_wrr_locality(value: &[u8], depth: usize) -> Result<LbPolicy, FieldError> {
-    let wrr = lb_pb::wrr_locality::v3::WrrLocality::decode(value)
-        .map_err(|e| FieldError::new("value", format!("can't decode WrrLocality: {e}")))?;
+    let wrr: lb_pb::wrr_locality::v3::WrrLocality = decode_message(value, "value", "WrrLocality")?;
     let Some(child) = &wrr.endpoint_picking_policy else {
         return Err(FieldError::new(
             "value.endpoint_picking_policy",
@@ -555,14 +533,8 @@ fn parse_wrr_locality(value: &[u8], depth: usize) -> Result<LbPolicy, FieldError
 }
 
 fn parse_cswrr(value: &[u8]) -> Result<LbPolicy, FieldError> {
-    let c =
-        lb_pb::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin::decode(value)
-            .map_err(|e| {
-                FieldError::new(
-                    "value",
-                    format!("can't decode ClientSideWeightedRoundRobin: {e}"),
-                )
-            })?;
+    let c: lb_pb::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin =
+        decode_message(value, "value", "ClientSideWeightedRoundRobin")?;
     let defaults = WeightedRoundRobinConfig::default();
     let period = |d: Option<&crate::pb::google::protobuf::Duration>, field: &str, default| {
         optional_duration(d)
@@ -630,12 +602,8 @@ fn parse_transport_socket(ts: &lite::TransportSocket) -> Result<UpstreamTls, Fie
             format!("unsupported transport socket type {:?}", config.type_url),
         ));
     }
-    let tls = lite::UpstreamTlsContext::decode(&any.value[..]).map_err(|e| {
-        FieldError::new(
-            "typed_config.value",
-            format!("can't decode UpstreamTlsContext: {e}"),
-        )
-    })?;
+    let tls: lite::UpstreamTlsContext =
+        decode_message(&any.value, "typed_config.value", "UpstreamTlsContext")?;
     Ok(UpstreamTls { sni: tls.sni })
 }
 
@@ -944,7 +912,7 @@ mod tests {
                 )])),
             },
         )]);
-        crate::resource::route::for_each_mutation(&c.encode_to_vec(), |b| {
+        crate::resource::validate::for_each_mutation(&c.encode_to_vec(), |b| {
             let _ = decode(b);
         });
     }

@@ -12,7 +12,7 @@ use std::net::{SocketAddr, SocketAddrV6};
 use prost::Message;
 
 use super::DecodeError;
-use super::route::{FieldError, fraction_per_million};
+use super::validate::{FieldError, PortRange, decode_resource, fraction_per_million, socket_port};
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
 
@@ -122,9 +122,7 @@ pub struct DropOverload {
 /// Only the fields the validation reads are decoded (see `lite`); everything else
 /// (metadata, health check configs, named endpoints, ...) is skipped on the wire.
 pub fn decode(bytes: &[u8]) -> Result<(String, EndpointsResource), DecodeError> {
-    let cla = lite::ClusterLoadAssignment::decode(bytes).map_err(|e| {
-        DecodeError::unnamed(format!("failed to decode ClusterLoadAssignment: {e}"))
-    })?;
+    let cla: lite::ClusterLoadAssignment = decode_resource(bytes, "ClusterLoadAssignment")?;
     let name = cla.cluster_name.clone();
     let value = parse_cluster_load_assignment(cla).map_err(|e| e.into_decode_error(&name))?;
     Ok((name, value))
@@ -320,31 +318,14 @@ fn parse_drop_overload(
 /// `port_value` of at most 65535. Error paths are relative to the `Address`.
 fn socket_addr(address: Option<&lite::Address>) -> Result<SocketAddr, FieldError> {
     use lite::address::Address;
-    use lite::socket_address::PortSpecifier;
     let Some(address) = address else {
         return Err(FieldError::new("", "field not present"));
     };
     let Some(Address::SocketAddress(sa)) = &address.address else {
         return Err(FieldError::new("socket_address", "field not present"));
     };
-    let port = match &sa.port_specifier {
-        Some(PortSpecifier::PortValue(port)) => *port,
-        Some(PortSpecifier::NamedPort(_)) => {
-            return Err(FieldError::new(
-                "socket_address.named_port",
-                "not supported (use port_value)",
-            ));
-        }
-        None => {
-            return Err(FieldError::new(
-                "socket_address.port_value",
-                "field not present",
-            ));
-        }
-    };
-    let port = u16::try_from(port).map_err(|_| {
-        FieldError::new("socket_address.port_value", format!("invalid port {port}"))
-    })?;
+    let port = socket_port(sa.port_specifier.as_ref().into(), PortRange::Any)
+        .map_err(|e| e.at("socket_address"))?;
     let ip = match &sa.address {
         lite::AddressText::Ip(ip) => *ip,
         lite::AddressText::Other(text) => {
@@ -717,6 +698,16 @@ mod lite {
             #[prost(string, tag = "4")]
             NamedPort(String),
         }
+
+        impl From<Option<&PortSpecifier>> for crate::resource::validate::PortSpecifier {
+            fn from(port: Option<&PortSpecifier>) -> Self {
+                match port {
+                    Some(PortSpecifier::PortValue(port)) => Self::Value(*port),
+                    Some(PortSpecifier::NamedPort(_)) => Self::Named,
+                    None => Self::Unset,
+                }
+            }
+        }
     }
 }
 
@@ -877,7 +868,7 @@ mod tests {
             locality("a", Some(1), 0, vec![lb_endpoint("10.0.0.1", 80)]),
             locality("b", Some(2), 1, vec![lb_endpoint("::1", 443)]),
         ]);
-        crate::resource::route::for_each_mutation(&c.encode_to_vec(), |b| {
+        crate::resource::validate::for_each_mutation(&c.encode_to_vec(), |b| {
             let _ = decode(b);
         });
     }

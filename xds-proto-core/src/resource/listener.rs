@@ -16,8 +16,9 @@ use std::time::Duration;
 use prost::Message;
 
 use super::DecodeError;
-use super::route::{
-    FieldError, RouteConfigResource, TypedConfig, duration, parse_route_configuration, type_name,
+use super::route::{RouteConfigResource, TypedConfig, parse_route_configuration};
+use super::validate::{
+    FieldError, PortRange, decode_message, decode_resource, duration, socket_port, type_name,
     typed_config,
 };
 use crate::pb::envoy::config::core::v3 as core_pb;
@@ -189,8 +190,7 @@ pub struct HttpFilter {
 
 /// Decodes and validates one serialized `Listener`.
 pub fn decode(bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
-    let listener = listener_pb::Listener::decode(bytes)
-        .map_err(|e| DecodeError::unnamed(format!("failed to decode Listener: {e}")))?;
+    let listener: listener_pb::Listener = decode_resource(bytes, "Listener")?;
     let kind = parse_listener(&listener).map_err(|e| e.into_decode_error(&listener.name))?;
     let name = listener.name;
     Ok((name.clone(), ListenerResource { name, kind }))
@@ -225,32 +225,12 @@ fn parse_listener(listener: &listener_pb::Listener) -> Result<ListenerKind, Fiel
 
 fn parse_server_address(address: &core_pb::Address) -> Result<(String, u32), FieldError> {
     use core_pb::address::Address;
-    use core_pb::socket_address::PortSpecifier;
     let Some(Address::SocketAddress(sa)) = &address.address else {
         return Err(FieldError::new("socket_address", "field not present"));
     };
-    let port = match &sa.port_specifier {
-        Some(PortSpecifier::PortValue(port)) => *port,
-        Some(PortSpecifier::NamedPort(_)) => {
-            return Err(FieldError::new(
-                "socket_address.named_port",
-                "not supported (use port_value)",
-            ));
-        }
-        None => {
-            return Err(FieldError::new(
-                "socket_address.port_value",
-                "field not present",
-            ));
-        }
-    };
-    if port > u32::from(u16::MAX) {
-        return Err(FieldError::new(
-            "socket_address.port_value",
-            format!("invalid port {port}"),
-        ));
-    }
-    Ok((sa.address.clone(), port))
+    let port = socket_port(sa.port_specifier.as_ref().into(), PortRange::Any)
+        .map_err(|e| e.at("socket_address"))?;
+    Ok((sa.address.clone(), u32::from(port)))
 }
 
 fn parse_hcm_any(any: &pbuf::Any) -> Result<HttpConnectionManager, FieldError> {
@@ -266,9 +246,8 @@ fn parse_hcm_any(any: &pbuf::Any) -> Result<HttpConnectionManager, FieldError> {
             ),
         ));
     }
-    let hcm = hcm_pb::HttpConnectionManager::decode(&any.value[..]).map_err(|e| {
-        FieldError::new("value", format!("can't decode HttpConnectionManager: {e}"))
-    })?;
+    let hcm: hcm_pb::HttpConnectionManager =
+        decode_message(&any.value, "value", "HttpConnectionManager")?;
     parse_hcm(&hcm)
 }
 
@@ -570,7 +549,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        crate::resource::route::for_each_mutation(&client_listener(&hcm).encode_to_vec(), |b| {
+        crate::resource::validate::for_each_mutation(&client_listener(&hcm).encode_to_vec(), |b| {
             let _ = decode(b);
         });
     }

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod endpoint;
 pub mod listener;
 pub mod route;
+mod validate;
 
 pub use cluster::{ClusterResource, ClusterType};
 pub use cluster::{LbPolicy, UpstreamTls, WeightedRoundRobinConfig};
