@@ -1,0 +1,189 @@
+//! The `xds_servers` entries: each server's URI, its channel credentials (the first
+//! supported `channel_creds` type; TLS with its certificate files and refresh interval)
+//! and its `server_features`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::json::{
+    Object, as_array, as_object, as_string, child, index, opt_non_empty_string, opt_object,
+    opt_string, quote, required_string,
+};
+use super::{
+    BootstrapError, BootstrapErrorKind, ChannelCredentials, ServerConfig, ServerFeatures,
+    TlsCredentials,
+};
+
+/// The largest `google.protobuf.Duration`, in seconds (10,000 years).
+const MAX_DURATION_SECS: u64 = 315_576_000_000;
+
+/// A list of servers; the caller decides whether an empty list is acceptable.
+pub(super) fn parse_server_list(
+    value: &Value,
+    path: &str,
+) -> Result<Vec<ServerConfig>, BootstrapError> {
+    as_array(value, path)?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_server(v, &index(path, i)))
+        .collect()
+}
+
+fn parse_server(value: &Value, path: &str) -> Result<ServerConfig, BootstrapError> {
+    let obj = as_object(value, path)?;
+    let server_uri = required_string(obj, path, "server_uri")?;
+    let creds_path = child(path, "channel_creds");
+    let channel_creds = match obj.get("channel_creds") {
+        None => return Err(BootstrapError::new(creds_path, BootstrapErrorKind::Missing)),
+        Some(v) => parse_channel_creds(v, &creds_path)?,
+    };
+    let server_features = match obj.get("server_features") {
+        None => ServerFeatures::default(),
+        Some(v) => parse_server_features(v, &child(path, "server_features"))?,
+    };
+    Ok(ServerConfig {
+        server_uri,
+        channel_creds,
+        server_features,
+    })
+}
+
+/// Validates every entry's shape and picks the first supported type.
+fn parse_channel_creds(value: &Value, path: &str) -> Result<ChannelCredentials, BootstrapError> {
+    let entries = as_array(value, path)?;
+    if entries.is_empty() {
+        return Err(BootstrapError::new(path, BootstrapErrorKind::Empty));
+    }
+    let mut chosen = None;
+    let mut seen = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let entry_path = index(path, i);
+        let obj = as_object(entry, &entry_path)?;
+        let ty = match obj.get("type") {
+            None => {
+                return Err(BootstrapError::new(
+                    child(&entry_path, "type"),
+                    BootstrapErrorKind::Missing,
+                ));
+            }
+            Some(v) => as_string(v, &child(&entry_path, "type"))?,
+        };
+        let config = opt_object(obj, &entry_path, "config")?;
+        if chosen.is_none() {
+            chosen = match ty {
+                "insecure" => Some(ChannelCredentials::Insecure),
+                "google_default" => Some(ChannelCredentials::GoogleDefault),
+                "tls" => Some(ChannelCredentials::Tls(parse_tls_config(
+                    config,
+                    &child(&entry_path, "config"),
+                )?)),
+                _ => None,
+            };
+        }
+        seen.push(ty.to_owned());
+    }
+    chosen.ok_or_else(|| {
+        BootstrapError::new(path, BootstrapErrorKind::NoSupportedChannelCreds { seen })
+    })
+}
+
+fn parse_tls_config(config: Option<&Object>, path: &str) -> Result<TlsCredentials, BootstrapError> {
+    let Some(obj) = config else {
+        return Ok(TlsCredentials::default());
+    };
+    let ca_certificate_file = opt_non_empty_string(obj, path, "ca_certificate_file")?;
+    let certificate_file = opt_non_empty_string(obj, path, "certificate_file")?;
+    let private_key_file = opt_non_empty_string(obj, path, "private_key_file")?;
+    match (&certificate_file, &private_key_file) {
+        (Some(_), None) => {
+            return Err(BootstrapError::new(
+                child(path, "private_key_file"),
+                BootstrapErrorKind::Invalid("must be set when certificate_file is set".into()),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(BootstrapError::new(
+                child(path, "certificate_file"),
+                BootstrapErrorKind::Invalid("must be set when private_key_file is set".into()),
+            ));
+        }
+        _ => {}
+    }
+    let refresh_interval = match opt_string(obj, path, "refresh_interval")? {
+        None => None,
+        Some(s) => Some(parse_proto_duration(&s).map_err(|reason| {
+            BootstrapError::new(
+                child(path, "refresh_interval"),
+                BootstrapErrorKind::Invalid(reason),
+            )
+        })?),
+    };
+    Ok(TlsCredentials {
+        ca_certificate_file,
+        certificate_file,
+        private_key_file,
+        refresh_interval,
+    })
+}
+
+/// Parses the protobuf JSON form of a `google.protobuf.Duration` (`"600s"`, `"1.5s"`),
+/// rejecting negative values, which make no sense for an interval.
+pub(super) fn parse_proto_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || {
+        format!(
+            "invalid duration {}: expected a protobuf JSON duration such as \"600s\"",
+            quote(text)
+        )
+    };
+    let (negative, magnitude) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let body = magnitude.strip_suffix('s').ok_or_else(invalid)?;
+    let (whole, frac) = match body.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (body, None),
+    };
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    let secs: u64 = whole.parse().map_err(|_| invalid())?;
+    if secs > MAX_DURATION_SECS {
+        return Err(format!("invalid duration {}: too large", quote(text)));
+    }
+    let nanos = match frac {
+        None => 0,
+        Some(f) => {
+            if f.is_empty() || f.len() > 9 || !f.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid());
+            }
+            let digits: u32 = f.parse().map_err(|_| invalid())?;
+            // Scale "5" (tenths) up to nanoseconds; at most 9 digits, so no overflow.
+            (f.len()..9).fold(digits, |n, _| n * 10)
+        }
+    };
+    if negative {
+        return Err(format!(
+            "invalid duration {}: must not be negative",
+            quote(text)
+        ));
+    }
+    Ok(Duration::new(secs, nanos))
+}
+
+fn parse_server_features(value: &Value, path: &str) -> Result<ServerFeatures, BootstrapError> {
+    let mut features = ServerFeatures::default();
+    for (i, v) in as_array(value, path)?.iter().enumerate() {
+        match as_string(v, &index(path, i))? {
+            "ignore_resource_deletion" => features.ignore_resource_deletion = true,
+            "fail_on_data_errors" => features.fail_on_data_errors = true,
+            "resource_timer_is_transient_error" => {
+                features.resource_timer_is_transient_error = true;
+            }
+            "trusted_xds_server" => features.trusted_xds_server = true,
+            _ => {}
+        }
+    }
+    Ok(features)
+}
