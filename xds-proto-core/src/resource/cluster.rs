@@ -14,7 +14,8 @@ use std::time::Duration;
 use super::DecodeError;
 use super::listener::check_ads_or_self;
 use super::validate::{
-    FieldError, PortRange, decode_message, decode_resource, socket_port, typed_config,
+    FieldError, PortRange, decode_message, decode_resource, optional, required, socket_port,
+    typed_config,
 };
 use crate::pb::envoy::config::cluster::v3 as cluster_pb;
 use crate::pb::envoy::config::core::v3 as core_pb;
@@ -188,12 +189,11 @@ fn parse_cluster(name: &str, mut cluster: lite::Cluster) -> Result<ClusterResour
         .and_then(|cb| cb.default_threshold.as_ref())
         .and_then(|t| t.max_requests.as_ref())
         .map_or(DEFAULT_MAX_REQUESTS, |v| v.value);
-    let tls = cluster
-        .transport_socket
-        .as_ref()
-        .map(parse_transport_socket)
-        .transpose()
-        .map_err(|e| e.at("transport_socket"))?;
+    let tls = optional(
+        cluster.transport_socket.as_ref(),
+        "transport_socket",
+        parse_transport_socket,
+    )?;
     Ok(ClusterResource {
         name: name.to_owned(),
         cluster_type,
@@ -234,7 +234,7 @@ fn parse_eds(
     eds: Option<&mut lite::EdsClusterConfig>,
 ) -> Result<ClusterType, FieldError> {
     let Some(eds) = eds else {
-        return Err(FieldError::new("eds_cluster_config", "field not present"));
+        return Err(FieldError::missing("eds_cluster_config"));
     };
     check_ads_or_self(eds.eds_config.as_ref())
         .map_err(|e| e.at("eds_cluster_config.eds_config"))?;
@@ -283,16 +283,11 @@ fn parse_logical_dns(
     };
     let p = "endpoints[0].lb_endpoints[0].endpoint";
     let Some(HostIdentifier::Endpoint(endpoint)) = &lb_endpoint.host_identifier else {
-        return Err(FieldError::new(p, "field not present"));
+        return Err(FieldError::missing(p));
     };
-    let Some(address) = &endpoint.address else {
-        return Err(FieldError::new(format!("{p}.address"), "field not present"));
-    };
+    let address = required(endpoint.address.as_ref(), format!("{p}.address"))?;
     let Some(Address::SocketAddress(sa)) = &address.address else {
-        return Err(FieldError::new(
-            format!("{p}.address.socket_address"),
-            "field not present",
-        ));
+        return Err(FieldError::missing(format!("{p}.address.socket_address")));
     };
     let sa_path = format!("{p}.address.socket_address");
     if !sa.resolver_name.is_empty() {
@@ -319,9 +314,7 @@ fn parse_logical_dns(
 fn parse_aggregate(
     custom: &cluster_pb::cluster::CustomClusterType,
 ) -> Result<ClusterType, FieldError> {
-    let Some(any) = &custom.typed_config else {
-        return Err(FieldError::new("typed_config", "field not present"));
-    };
+    let any = required(custom.typed_config.as_ref(), "typed_config")?;
     let config = typed_config(any).map_err(|e| e.at("typed_config"))?;
     if config.type_name() != AGGREGATE_CLUSTER_TYPE || config.typed_struct {
         return Err(FieldError::new(
@@ -347,7 +340,7 @@ fn parse_aggregate(
 fn parse_transport_socket(ts: &lite::TransportSocket) -> Result<UpstreamTls, FieldError> {
     use lite::transport_socket::ConfigType;
     let Some(ConfigType::TypedConfig(any)) = &ts.config_type else {
-        return Err(FieldError::new("typed_config", "field not present"));
+        return Err(FieldError::missing("typed_config"));
     };
     // `type.googleapis.com/<UpstreamTlsContext>` (any prefix) passes `typed_config`'s
     // checks unchanged; anything else is rejected by them or just below, with their

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::{SocketAddr, SocketAddrV6};
 
 use super::DecodeError;
-use super::validate::{FieldError, PortRange, decode_resource, fraction_per_million, socket_port};
+use super::validate::{
+    FieldError, PortRange, decode_resource, fraction_per_million, required, socket_port,
+};
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
 
@@ -225,9 +227,9 @@ fn parse_locality(
     if weight == 0 {
         return Ok(None);
     }
-    let Some(locality) = lle.locality else {
-        return Err(FieldError::new("locality", "field not present"));
-    };
+    let locality = lle
+        .locality
+        .ok_or_else(|| FieldError::missing("locality"))?;
     // The endpoints were validated one by one as they were decoded; what is left is the
     // duplicate check, in order, up to the first invalid endpoint.
     let mut skipped = lle.skipped.iter().copied().peekable();
@@ -278,7 +280,7 @@ fn parse_lb_endpoint(lb: lite::LbEndpoint) -> Result<Option<Endpoint>, FieldErro
         Some(HostIdentifier::EndpointName(_)) => {
             return Err(FieldError::new("endpoint_name", "not supported"));
         }
-        None => return Err(FieldError::new("endpoint", "field not present")),
+        None => return Err(FieldError::missing("endpoint")),
     };
     let address = socket_addr(endpoint.address.as_ref()).map_err(|e| e.at("endpoint.address"))?;
     let mut additional_addresses = Vec::with_capacity(endpoint.additional_addresses.len());
@@ -303,9 +305,7 @@ fn parse_drop_overload(
     if drop.category.is_empty() {
         return Err(FieldError::new("category", "must be non-empty"));
     }
-    let Some(percentage) = &drop.drop_percentage else {
-        return Err(FieldError::new("drop_percentage", "field not present"));
-    };
+    let percentage = required(drop.drop_percentage.as_ref(), "drop_percentage")?;
     Ok(DropOverload {
         drop_per_million: fraction_per_million(percentage).map_err(|e| e.at("drop_percentage"))?,
         category: drop.category,
@@ -317,10 +317,10 @@ fn parse_drop_overload(
 fn socket_addr(address: Option<&lite::Address>) -> Result<SocketAddr, FieldError> {
     use lite::address::Address;
     let Some(address) = address else {
-        return Err(FieldError::new("", "field not present"));
+        return Err(FieldError::missing(""));
     };
     let Some(Address::SocketAddress(sa)) = &address.address else {
-        return Err(FieldError::new("socket_address", "field not present"));
+        return Err(FieldError::missing("socket_address"));
     };
     let port = socket_port(sa.port_specifier.as_ref().into(), PortRange::Any)
         .map_err(|e| e.at("socket_address"))?;

@@ -16,8 +16,8 @@ use std::time::Duration;
 use super::DecodeError;
 use super::route::{RouteConfigResource, TypedConfig, parse_route_configuration};
 use super::validate::{
-    FieldError, PortRange, decode_message, decode_resource, duration, socket_port, type_name,
-    typed_config,
+    FieldError, PortRange, decode_message, decode_resource, duration, optional, required,
+    socket_port, type_name, typed_config,
 };
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::listener::v3 as listener_pb;
@@ -196,12 +196,10 @@ pub fn decode(bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
 
 fn parse_listener(listener: &listener_pb::Listener) -> Result<ListenerKind, FieldError> {
     if let Some(api_listener) = &listener.api_listener {
-        let Some(any) = &api_listener.api_listener else {
-            return Err(FieldError::new(
-                "api_listener.api_listener",
-                "field not present",
-            ));
-        };
+        let any = required(
+            api_listener.api_listener.as_ref(),
+            "api_listener.api_listener",
+        )?;
         return parse_hcm_any(any)
             .map(ListenerKind::Client)
             .map_err(|e| e.at("api_listener.api_listener"));
@@ -224,7 +222,7 @@ fn parse_listener(listener: &listener_pb::Listener) -> Result<ListenerKind, Fiel
 fn parse_server_address(address: &core_pb::Address) -> Result<(String, u32), FieldError> {
     use core_pb::address::Address;
     let Some(Address::SocketAddress(sa)) = &address.address else {
-        return Err(FieldError::new("socket_address", "field not present"));
+        return Err(FieldError::missing("socket_address"));
     };
     let port = socket_port(sa.port_specifier.as_ref().into(), PortRange::Any)
         .map_err(|e| e.at("socket_address"))?;
@@ -233,7 +231,7 @@ fn parse_server_address(address: &core_pb::Address) -> Result<(String, u32), Fie
 
 fn parse_hcm_any(any: &pbuf::Any) -> Result<HttpConnectionManager, FieldError> {
     if any.type_url.is_empty() {
-        return Err(FieldError::new("type_url", "field not present"));
+        return Err(FieldError::missing("type_url"));
     }
     if type_name(&any.type_url) != type_name(HTTP_CONNECTION_MANAGER_TYPE_URL) {
         return Err(FieldError::new(
@@ -261,13 +259,13 @@ fn parse_hcm(hcm: &hcm_pb::HttpConnectionManager) -> Result<HttpConnectionManage
             "must be empty",
         ));
     }
-    let max_stream_duration = hcm
-        .common_http_protocol_options
-        .as_ref()
-        .and_then(|o| o.max_stream_duration.as_ref())
-        .map(duration)
-        .transpose()
-        .map_err(|e| e.at("common_http_protocol_options.max_stream_duration"))?;
+    let max_stream_duration = optional(
+        hcm.common_http_protocol_options
+            .as_ref()
+            .and_then(|o| o.max_stream_duration.as_ref()),
+        "common_http_protocol_options.max_stream_duration",
+        duration,
+    )?;
     let http_filters = parse_http_filters(&hcm.http_filters).map_err(|e| e.at("http_filters"))?;
     let route_config = match &hcm.route_specifier {
         Some(RouteSpecifier::Rds(rds)) => {
@@ -303,7 +301,7 @@ pub(super) fn check_ads_or_self(source: Option<&core_pb::ConfigSource>) -> Resul
     match source.and_then(|s| s.config_source_specifier.as_ref()) {
         Some(ConfigSourceSpecifier::Ads(_) | ConfigSourceSpecifier::Self_(_)) => Ok(()),
         Some(_) => Err(FieldError::new("", "ConfigSource must specify ads or self")),
-        None if source.is_none() => Err(FieldError::new("", "field not present")),
+        None if source.is_none() => Err(FieldError::missing("")),
         None => Err(FieldError::new("", "ConfigSource must specify ads or self")),
     }
 }
@@ -346,7 +344,7 @@ fn parse_http_filter(
                 "filter config discovery (ECDS) is not supported",
             ));
         }
-        None => return Err(FieldError::new("typed_config", "field not present")),
+        None => return Err(FieldError::missing("typed_config")),
     };
     let config = typed_config(any).map_err(|e| e.at("typed_config"))?;
     let Some(supported) = supported_http_filter(config.type_name()) else {

@@ -32,6 +32,11 @@ impl FieldError {
         }
     }
 
+    /// The error for a required field that is absent.
+    pub(super) fn missing(path: impl Into<String>) -> FieldError {
+        FieldError::new(path, "field not present")
+    }
+
     /// The same error seen from the enclosing message, whose field `parent` holds the
     /// message being validated.
     pub(super) fn at(self, parent: impl fmt::Display) -> FieldError {
@@ -101,6 +106,21 @@ pub(super) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
     Ok(Duration::new(seconds, nanos))
 }
 
+/// A required message field: its value, or [`FieldError::missing`] at `field`.
+pub(super) fn required<T>(value: Option<&T>, field: impl Into<String>) -> Result<&T, FieldError> {
+    value.ok_or_else(|| FieldError::missing(field))
+}
+
+/// Parses an optional field with `parse`, placing its error at `field`; `None` when the
+/// field is absent.
+pub(super) fn optional<T, U>(
+    value: Option<&T>,
+    field: &str,
+    parse: impl FnOnce(&T) -> Result<U, FieldError>,
+) -> Result<Option<U>, FieldError> {
+    value.map(parse).transpose().map_err(|e| e.at(field))
+}
+
 /// [`duration`] for an optional field.
 pub(super) fn optional_duration(
     d: Option<&pbuf::Duration>,
@@ -164,7 +184,7 @@ pub(super) fn typed_config(any: &pbuf::Any) -> Result<TypedConfig, FieldError> {
 /// A type URL must be non-empty and have a non-empty type name after its last `/`.
 fn check_type_url(type_url: &str) -> Result<(), FieldError> {
     if type_url.is_empty() {
-        return Err(FieldError::new("", "field not present"));
+        return Err(FieldError::missing(""));
     }
     match type_url.rfind('/') {
         Some(pos) if pos + 1 < type_url.len() => Ok(()),
@@ -276,7 +296,7 @@ pub(super) fn socket_port(port: PortSpecifier, range: PortRange) -> Result<u16, 
                 "not supported (use port_value)",
             ));
         }
-        PortSpecifier::Unset => return Err(FieldError::new("port_value", "field not present")),
+        PortSpecifier::Unset => return Err(FieldError::missing("port_value")),
     };
     match (u16::try_from(port), range) {
         (Ok(port), PortRange::Any) => Ok(port),

@@ -6,7 +6,9 @@
 use super::*;
 use crate::pb::envoy::config::cluster::v3 as cluster_pb;
 use crate::pb::envoy::extensions::load_balancing_policies as lb_pb;
-use crate::resource::validate::{FieldError, decode_message, optional_duration, typed_config};
+use crate::resource::validate::{
+    FieldError, decode_message, optional_duration, required, typed_config,
+};
 
 pub(super) const ROUND_ROBIN_TYPE: &str =
     "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";
@@ -124,18 +126,16 @@ pub(super) fn parse_lb_policy_list(
     }
     for (i, policy) in list.policies.iter().enumerate() {
         let at = |e: FieldError| e.at_index("policies", i);
-        let Some(ext) = &policy.typed_extension_config else {
-            return Err(at(FieldError::new(
-                "typed_extension_config",
-                "field not present",
-            )));
-        };
-        let Some(any) = &ext.typed_config else {
-            return Err(at(FieldError::new(
-                "typed_extension_config.typed_config",
-                "field not present",
-            )));
-        };
+        let ext = required(
+            policy.typed_extension_config.as_ref(),
+            "typed_extension_config",
+        )
+        .map_err(at)?;
+        let any = required(
+            ext.typed_config.as_ref(),
+            "typed_extension_config.typed_config",
+        )
+        .map_err(at)?;
         let config =
             typed_config(any).map_err(|e| at(e.at("typed_extension_config.typed_config")))?;
         if config.typed_struct {
@@ -187,12 +187,10 @@ fn parse_ring_hash(value: &[u8]) -> Result<LbPolicy, FieldError> {
 
 fn parse_wrr_locality(value: &[u8], depth: usize) -> Result<LbPolicy, FieldError> {
     let wrr: lb_pb::wrr_locality::v3::WrrLocality = decode_message(value, "value", "WrrLocality")?;
-    let Some(child) = &wrr.endpoint_picking_policy else {
-        return Err(FieldError::new(
-            "value.endpoint_picking_policy",
-            "field not present",
-        ));
-    };
+    let child = required(
+        wrr.endpoint_picking_policy.as_ref(),
+        "value.endpoint_picking_policy",
+    )?;
     let child = parse_lb_policy_list(child, depth + 1)
         .map_err(|e| e.at("value.endpoint_picking_policy"))?;
     Ok(LbPolicy::WrrLocality(Box::new(child)))

@@ -11,7 +11,7 @@ use crate::pb::envoy::config::route::v3 as route_pb;
 use crate::pb::google::protobuf as pbuf;
 use crate::resource::listener;
 use crate::resource::validate::{
-    FieldError, decode_message, duration, optional_duration, typed_config,
+    FieldError, decode_message, duration, optional, optional_duration, required, typed_config,
 };
 
 /// Validates a `route` action; `Ok(None)` means gRPC ignores the route.
@@ -68,12 +68,7 @@ pub(super) fn parse_forward_action(
         ),
         None => (None, None),
     };
-    let retry_policy = ra
-        .retry_policy
-        .as_ref()
-        .map(parse_retry_policy)
-        .transpose()
-        .map_err(|e| e.at("retry_policy"))?;
+    let retry_policy = optional(ra.retry_policy.as_ref(), "retry_policy", parse_retry_policy)?;
     let mut hash_policies = Vec::new();
     for (i, hp) in ra.hash_policy.iter().enumerate() {
         if let Some(policy) = parse_hash_policy(hp).map_err(|e| e.at_index("hash_policy", i))? {
@@ -138,12 +133,7 @@ fn parse_hash_policy(
             let regex_rewrite = match &h.regex_rewrite {
                 None => None,
                 Some(rr) => {
-                    let Some(pattern) = &rr.pattern else {
-                        return Err(FieldError::new(
-                            "header.regex_rewrite.pattern",
-                            "field not present",
-                        ));
-                    };
+                    let pattern = required(rr.pattern.as_ref(), "header.regex_rewrite.pattern")?;
                     if pattern.regex.is_empty() {
                         return Err(FieldError::new(
                             "header.regex_rewrite.pattern.regex",
@@ -229,9 +219,7 @@ fn parse_retry_on(retry_on: &str) -> (Vec<RetryableCode>, Vec<HttpRetryCondition
 fn parse_retry_back_off(
     backoff: &route_pb::retry_policy::RetryBackOff,
 ) -> Result<(Duration, Duration), FieldError> {
-    let Some(base) = &backoff.base_interval else {
-        return Err(FieldError::new("base_interval", "field not present"));
-    };
+    let base = required(backoff.base_interval.as_ref(), "base_interval")?;
     let base = duration(base).map_err(|e| e.at("base_interval"))?;
     if base.is_zero() {
         return Err(FieldError::new("base_interval", "must be greater than 0"));
@@ -282,7 +270,7 @@ pub(super) fn parse_filter_overrides(
                     fc.disabled,
                 ),
                 None if fc.disabled => (None, fc.is_optional, true),
-                None => return Err(at(FieldError::new("config", "field not present"))),
+                None => return Err(at(FieldError::missing("config"))),
             }
         } else {
             (Some(outer), false, false)

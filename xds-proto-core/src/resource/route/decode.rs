@@ -9,7 +9,9 @@ use super::*;
 use crate::pb::envoy::config::route::v3 as route_pb;
 use crate::pb::envoy::r#type::matcher::v3 as matcher_pb;
 use crate::resource::DecodeError;
-use crate::resource::validate::{FieldError, decode_resource, fraction_per_million, typed_config};
+use crate::resource::validate::{
+    FieldError, decode_resource, fraction_per_million, optional, required, typed_config,
+};
 
 /// Decodes and validates one serialized `RouteConfiguration`.
 pub fn decode(bytes: &[u8]) -> Result<(String, RouteConfigResource), DecodeError> {
@@ -69,9 +71,7 @@ fn parse_cluster_specifier_plugins(
     let mut seen = BTreeSet::new();
     for (i, plugin) in plugins.iter().enumerate() {
         let at = |e: FieldError| e.at_index("cluster_specifier_plugins", i);
-        let Some(ext) = &plugin.extension else {
-            return Err(at(FieldError::new("extension", "field not present")));
-        };
+        let ext = required(plugin.extension.as_ref(), "extension").map_err(at)?;
         if ext.name.is_empty() {
             return Err(at(FieldError::new("extension.name", "must be non-empty")));
         }
@@ -81,12 +81,7 @@ fn parse_cluster_specifier_plugins(
                 format!("duplicate cluster specifier plugin name {:?}", ext.name),
             )));
         }
-        let Some(any) = &ext.typed_config else {
-            return Err(at(FieldError::new(
-                "extension.typed_config",
-                "field not present",
-            )));
-        };
+        let any = required(ext.typed_config.as_ref(), "extension.typed_config").map_err(at)?;
         let config = typed_config(any).map_err(|e| at(e.at("extension.typed_config")))?;
         let state = if SUPPORTED_CLUSTER_SPECIFIER_PLUGINS.contains(&config.type_name()) {
             PluginState::Supported(ClusterSpecifierPlugin {
@@ -124,12 +119,7 @@ fn parse_virtual_host(
     for (i, d) in vh.domains.iter().enumerate() {
         domains.push(parse_domain(d).map_err(|msg| FieldError::new(format!("domains[{i}]"), msg))?);
     }
-    let retry_policy = vh
-        .retry_policy
-        .as_ref()
-        .map(parse_retry_policy)
-        .transpose()
-        .map_err(|e| e.at("retry_policy"))?;
+    let retry_policy = optional(vh.retry_policy.as_ref(), "retry_policy", parse_retry_policy)?;
     let typed_per_filter_config = parse_filter_overrides(&vh.typed_per_filter_config)
         .map_err(|e| e.at("typed_per_filter_config"))?;
     let mut routes = Vec::with_capacity(vh.routes.len());
@@ -178,9 +168,7 @@ fn parse_route(
     r: &route_pb::Route,
     plugins: &[(String, PluginState)],
 ) -> Result<Option<Route>, FieldError> {
-    let Some(m) = &r.r#match else {
-        return Err(FieldError::new("match", "field not present"));
-    };
+    let m = required(r.r#match.as_ref(), "match")?;
     // gRPC ignores routes with matchers it cannot evaluate (`grpc` always holds for a gRPC
     // client, so it is simply accepted).
     if !m.query_parameters.is_empty()
@@ -254,13 +242,13 @@ fn parse_route_match(m: &route_pb::RouteMatch) -> Result<RouteMatch, FieldError>
     for (i, h) in m.headers.iter().enumerate() {
         headers.push(parse_header_matcher(h).map_err(|e| e.at_index("headers", i))?);
     }
-    let runtime_fraction_per_million = m
-        .runtime_fraction
-        .as_ref()
-        .and_then(|rf| rf.default_value.as_ref())
-        .map(fraction_per_million)
-        .transpose()
-        .map_err(|e| e.at("runtime_fraction.default_value"))?;
+    let runtime_fraction_per_million = optional(
+        m.runtime_fraction
+            .as_ref()
+            .and_then(|rf| rf.default_value.as_ref()),
+        "runtime_fraction.default_value",
+        fraction_per_million,
+    )?;
     Ok(RouteMatch {
         path,
         case_sensitive,
