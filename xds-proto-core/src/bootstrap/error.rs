@@ -43,7 +43,7 @@ pub enum BootstrapErrorKind {
     },
     /// The document is not valid JSON; the message carries the line and column.
     Syntax(String),
-    /// [`Bootstrap::servers_for_authority`] was asked for an authority the bootstrap
+    /// [`Bootstrap::servers_for_authority`](super::Bootstrap::servers_for_authority) was asked for an authority the bootstrap
     /// does not define.
     UnknownAuthority,
     /// Neither `GRPC_XDS_BOOTSTRAP` nor `GRPC_XDS_BOOTSTRAP_CONFIG` is set.
