@@ -1,8 +1,8 @@
 //! Field-validation helpers every resource decoder shares: the error type that carries a
-//! field path ([`FieldError`]), decoding a nested message or a whole resource with the
-//! error text the decoders use, `google.protobuf.Duration` and `FractionalPercent`
-//! conversion, `Any` type-URL handling (with `TypedStruct` unwrapping), and the one
-//! check of a `SocketAddress` port.
+//! field path ([`FieldError`]), required and optional fields, decoding a nested message
+//! or a whole resource with the error text the decoders use, `google.protobuf.Duration`
+//! and `FractionalPercent` conversion, `Any` type-URL handling (with `TypedStruct`
+//! unwrapping), and the one check of a `SocketAddress` port.
 
 use std::fmt;
 use std::time::Duration;
