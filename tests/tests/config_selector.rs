@@ -16,7 +16,7 @@ use std::time::Duration;
 use xds_proto_core::Cds;
 
 use quickcheck::QuickCheck;
-use xds_proto_core::dependency::{ClusterChildren, MAX_AGGREGATE_CLUSTER_DEPTH, XdsConfig};
+use xds_proto_core::dependency::{ClusterResolution, MAX_AGGREGATE_CLUSTER_DEPTH, XdsConfig};
 use xds_proto_core::pb::envoy::config::route::v3 as route;
 use xds_proto_core::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use xds_proto_core::pb::google::protobuf::UInt32Value;
@@ -1441,7 +1441,7 @@ fn dm_resolves_listener_routes_clusters_and_endpoints_in_order() {
     assert_eq!(config.max_stream_duration, Some(secs(7)));
     assert_eq!(cluster_names(&config), names(&["a", "b"]));
     match &config.clusters["b"].as_ref().unwrap().children {
-        ClusterChildren::Endpoints {
+        ClusterResolution::Endpoints {
             service_name,
             endpoints,
             resolution_note,
@@ -1695,7 +1695,7 @@ fn dm_aggregate_clusters_cycles_are_errors_naming_the_cycle() {
     );
     assert!(config.clusters["agg-b"].is_err());
     match &config.clusters["agg-x"].as_ref().unwrap().children {
-        ClusterChildren::Aggregate { leaf_clusters } => {
+        ClusterResolution::Aggregate { leaf_clusters } => {
             assert_eq!(leaf_clusters, &names(&["leaf"]))
         }
         other => panic!("{other:?}"),
@@ -1742,7 +1742,7 @@ fn dm_aggregate_depth_is_limited_to_sixteen_levels() {
             d.respond(EDS, "1", vec![endpoints("leaf", &[80])]);
             let config = d.expect_config();
             match &config.clusters["agg0"].as_ref().unwrap().children {
-                ClusterChildren::Aggregate { leaf_clusters } => {
+                ClusterResolution::Aggregate { leaf_clusters } => {
                     assert_eq!(leaf_clusters, &names(&["leaf"]))
                 }
                 other => panic!("{other:?}"),
@@ -1780,7 +1780,7 @@ fn dm_missing_eds_resolves_with_a_note_after_the_does_not_exist_timer() {
     d.advance(SEC);
     let config = d.expect_config();
     match &config.clusters["c"].as_ref().unwrap().children {
-        ClusterChildren::Endpoints {
+        ClusterResolution::Endpoints {
             service_name,
             endpoints,
             resolution_note,
@@ -1804,7 +1804,7 @@ fn dm_missing_eds_resolves_with_a_note_after_the_does_not_exist_timer() {
     let config = d.expect_config();
     assert!(matches!(
         &config.clusters["c"].as_ref().unwrap().children,
-        ClusterChildren::Endpoints {
+        ClusterResolution::Endpoints {
             endpoints: Some(_),
             resolution_note: None,
             ..
@@ -1842,7 +1842,7 @@ fn dm_listener_and_route_errors_are_emitted_as_errors() {
     assert_eq!(config.route_config.name, "inline");
     assert_eq!(
         config.clusters["c"].as_ref().unwrap().children,
-        ClusterChildren::LogicalDns {
+        ClusterResolution::LogicalDns {
             host: "backend.example".to_string(),
             port: 443
         }

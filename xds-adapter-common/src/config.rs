@@ -27,7 +27,7 @@ use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use futures::channel::oneshot;
 use xds_proto_core::dependency::{XdsConfig, XdsDependencyManager};
 use xds_proto_core::selector::{
-    CLUSTER_CHILD_PREFIX, ClusterChild, ClusterHandle, ClusterRegistry, ConfigSelector,
+    CLUSTER_CHILD_PREFIX, ClusterHandle, ClusterManagerChild, ClusterRegistry, ConfigSelector,
     LbConfigJson,
 };
 use xds_proto_core::{Notification, WatchError, XdsClient, XdsError};
@@ -346,7 +346,7 @@ impl ConfigWatches {
                 let Some(entry) = self.entries.get_mut(&id) else {
                     return;
                 };
-                let handle = entry.registry.handle(ClusterChild::Cluster(cluster));
+                let handle = entry.registry.handle(ClusterManagerChild::Cluster(cluster));
                 entry.sync_held(core);
                 entry.dirty = true;
                 // When the caller has gone, the handle drops here and is reported.

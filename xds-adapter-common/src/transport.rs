@@ -161,6 +161,7 @@ async fn connect_inner<R: Runtime>(
                 "google_default channel credentials are not supported by this adapter".into(),
             );
         }
+        other => return Err(format!("channel credentials {other:?} are not supported")),
     };
     let origin = target.origin(tls.is_some())?;
     let tcp = rt

@@ -93,6 +93,7 @@ pub(crate) fn domain(d: &DomainPattern) -> String {
         DomainPattern::Suffix(s) => format!("*{s}"),
         DomainPattern::Prefix(s) => format!("{s}*"),
         DomainPattern::Any => "*".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -101,6 +102,7 @@ pub(crate) fn path(p: &PathMatcher) -> String {
         PathMatcher::Prefix(s) => format!("prefix {s:?}"),
         PathMatcher::Path(s) => format!("path {s:?}"),
         PathMatcher::SafeRegex(r) => format!("regex {:?}", r.pattern()),
+        other => format!("{other:?}"),
     }
 }
 
@@ -122,9 +124,11 @@ pub(crate) fn target(a: &RouteAction) -> String {
                     .join(", ")
             }
             ClusterSpecifier::ClusterSpecifierPlugin(p) => format!("plugin {p}"),
+            other => format!("{other:?}"),
         },
         RouteAction::NonForwarding => "(non-forwarding)".into(),
         RouteAction::Unsupported => "(unsupported action: RPCs fail)".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -137,6 +141,7 @@ pub(crate) fn summary(name: &str, r: &Resource) -> String {
                     RouteSource::Inline(rc) => {
                         format!("{} inline virtual hosts", rc.virtual_hosts.len())
                     }
+                    other => format!("{other:?}"),
                 };
                 let filters: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
                 format!(
@@ -154,6 +159,7 @@ pub(crate) fn summary(name: &str, r: &Resource) -> String {
                     "LDS {name}: server listener on {address}:{port}, {filter_chain_count} filter chains"
                 )
             }
+            other => format!("{other:?}"),
         },
         Resource::Routes(rc) => {
             let mut out = format!("RDS {name}: {} virtual hosts", rc.virtual_hosts.len());
@@ -184,6 +190,7 @@ pub(crate) fn summary(name: &str, r: &Resource) -> String {
                 ClusterType::Aggregate { clusters } => {
                     format!("aggregate of [{}]", clusters.join(", "))
                 }
+                other => format!("{other:?}"),
             };
             format!(
                 "CDS {name}: {ty}, lb {:?}, max_requests {}",
@@ -241,6 +248,7 @@ pub(crate) fn to_json(r: &Resource) -> Value {
                         "route_config": match &hcm.route_config {
                             RouteSource::Rds(n) => json!({"rds": n}),
                             RouteSource::Inline(rc) => json!({"inline": routes_json(rc)}),
+                            other => json!(format!("{other:?}")),
                         },
                         "http_filters": hcm.http_filters.iter().map(|f| json!({
                             "name": f.name, "type_url": f.config.type_url, "is_optional": f.is_optional,
@@ -257,6 +265,7 @@ pub(crate) fn to_json(r: &Resource) -> Value {
                     "server": {"address": address, "port": port, "filter_chain_count": filter_chain_count,
                                "has_default_filter_chain": has_default_filter_chain}
                 }),
+                other => json!(format!("{other:?}")),
             };
             json!({"name": l.name, "kind": kind})
         }
@@ -267,6 +276,7 @@ pub(crate) fn to_json(r: &Resource) -> Value {
                 ClusterType::Eds { service_name } => json!({"eds": {"service_name": service_name}}),
                 ClusterType::LogicalDns { host, port } => json!({"logical_dns": {"host": host, "port": port}}),
                 ClusterType::Aggregate { clusters } => json!({"aggregate": clusters}),
+                other => json!(format!("{other:?}")),
             },
             "lb_policy": format!("{:?}", c.lb_policy),
             "lrs_server": c.lrs_server,
@@ -311,6 +321,7 @@ pub(crate) fn routes_json(rc: &RouteConfigResource) -> Value {
                                 "name": w.name, "weight": w.weight,
                             })).collect::<Vec<_>>()),
                             ClusterSpecifier::ClusterSpecifierPlugin(p) => json!({"plugin": p}),
+                            other => json!(format!("{other:?}")),
                         },
                         "timeout": f.timeout.map(|d| d.as_secs_f64()),
                         "max_stream_duration": f.effective_max_stream_duration().map(|d| d.as_secs_f64()),
@@ -321,6 +332,7 @@ pub(crate) fn routes_json(rc: &RouteConfigResource) -> Value {
                     }),
                     RouteAction::NonForwarding => json!("non_forwarding"),
                     RouteAction::Unsupported => json!("unsupported"),
+                    other => json!(format!("{other:?}")),
                 },
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),

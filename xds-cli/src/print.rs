@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use xds_adapter_tokio::xds_proto_core::dependency::{ClusterChildren, ClusterConfig, XdsConfig};
+use xds_adapter_tokio::xds_proto_core::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
 use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
 use xds_adapter_tokio::xds_proto_core::resource::route::PathMatcher;
 use xds_adapter_tokio::xds_proto_core::selector::RngCore;
@@ -337,7 +337,7 @@ impl Printer {
             return;
         }
         match &cluster.children {
-            ClusterChildren::Endpoints {
+            ClusterResolution::Endpoints {
                 service_name,
                 endpoints: Some(endpoints),
                 ..
@@ -345,7 +345,7 @@ impl Printer {
                 service_name,
                 &Resource::Endpoints(endpoints.clone()),
             )),
-            ClusterChildren::Endpoints {
+            ClusterResolution::Endpoints {
                 service_name,
                 endpoints: None,
                 resolution_note,
@@ -353,11 +353,12 @@ impl Printer {
                 "EDS {service_name}: no endpoints: {}",
                 resolution_note.as_deref().unwrap_or("unknown")
             )),
-            ClusterChildren::LogicalDns { .. } => {}
-            ClusterChildren::Aggregate { leaf_clusters } => lines.push(format!(
+            ClusterResolution::LogicalDns { .. } => {}
+            ClusterResolution::Aggregate { leaf_clusters } => lines.push(format!(
                 "CDS {name}: leaf clusters [{}]",
                 leaf_clusters.join(", ")
             )),
+            other => lines.push(format!("CDS {name}: {other:?}")),
         }
     }
 }
@@ -407,6 +408,7 @@ fn sample_picks(update: &ConfigUpdate) -> Vec<String> {
             PathMatcher::Prefix(p) if p.ends_with('/') => format!("{p}demo.Svc/Call"),
             PathMatcher::Prefix(p) => format!("{p}.Svc/Call"),
             PathMatcher::SafeRegex(_) => continue,
+            other => format!("{other:?}"),
         };
         let mut tally: BTreeMap<String, u32> = BTreeMap::new();
         let mut rng = Sweep {
@@ -448,13 +450,14 @@ fn config_json(config: &XdsConfig) -> Value {
                 Err(e) => json!({"error": error_json(e)}),
                 Ok(c) => {
                     let children = match &c.children {
-                        ClusterChildren::Endpoints { service_name, endpoints, resolution_note } => json!({
+                        ClusterResolution::Endpoints { service_name, endpoints, resolution_note } => json!({
                             "service_name": service_name,
                             "endpoints": endpoints.as_ref().map(|e| to_json(&Resource::Endpoints(e.clone()))),
                             "resolution_note": resolution_note,
                         }),
-                        ClusterChildren::LogicalDns { host, port } => json!({"logical_dns": {"host": host, "port": port}}),
-                        ClusterChildren::Aggregate { leaf_clusters } => json!({"leaf_clusters": leaf_clusters}),
+                        ClusterResolution::LogicalDns { host, port } => json!({"logical_dns": {"host": host, "port": port}}),
+                        ClusterResolution::Aggregate { leaf_clusters } => json!({"leaf_clusters": leaf_clusters}),
+                        other => json!(format!("{other:?}")),
                     };
                     json!({"cluster": to_json(&Resource::Cluster(c.cluster.clone())), "resolved": children})
                 }

@@ -72,12 +72,13 @@ pub struct ClusterConfig {
     /// The CDS resource.
     pub cluster: Arc<ClusterResource>,
     /// What it resolves to.
-    pub children: ClusterChildren,
+    pub children: ClusterResolution,
 }
 
 /// What a cluster resolves to.
 #[derive(Clone, Debug, PartialEq)]
-pub enum ClusterChildren {
+#[non_exhaustive]
+pub enum ClusterResolution {
     /// An EDS cluster.
     Endpoints {
         /// The EDS resource name (`eds_service_name`, else the cluster name).
@@ -553,7 +554,7 @@ impl XdsDependencyManager {
                                     ),
                                 ),
                             };
-                            let children = ClusterChildren::Endpoints {
+                            let children = ClusterResolution::Endpoints {
                                 service_name: eds_name,
                                 endpoints,
                                 resolution_note,
@@ -565,7 +566,7 @@ impl XdsDependencyManager {
                     }
                 }
                 ClusterType::LogicalDns { host, port } => {
-                    let children = ClusterChildren::LogicalDns {
+                    let children = ClusterResolution::LogicalDns {
                         host: host.clone(),
                         port: *port,
                     };
@@ -609,7 +610,7 @@ impl XdsDependencyManager {
                         walk.out.insert(name.to_owned(), Err(e));
                         Resolution::Failed(message)
                     } else {
-                        let children = ClusterChildren::Aggregate {
+                        let children = ClusterResolution::Aggregate {
                             leaf_clusters: leaves.clone(),
                         };
                         walk.out

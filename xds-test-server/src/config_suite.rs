@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use xds_adapter_common::{Client, ConfigStream, ConfigUpdate, Runtime};
-use xds_proto_core::dependency::{ClusterChildren, XdsConfig};
+use xds_proto_core::dependency::{ClusterResolution, XdsConfig};
 use xds_proto_core::resource::route::{ClusterSpecifier, RouteAction};
 use xds_proto_core::resource::{Cds, type_url};
 use xds_proto_core::selector::{RngCore, Selection};
@@ -111,7 +111,7 @@ fn ports(config: &XdsConfig, cluster: &str) -> Vec<u16> {
             config.cluster(cluster)
         )
     };
-    let ClusterChildren::Endpoints {
+    let ClusterResolution::Endpoints {
         endpoints: Some(e), ..
     } = &c.children
     else {

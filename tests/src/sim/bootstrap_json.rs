@@ -30,6 +30,7 @@ fn server(s: &ServerConfig) -> Value {
             }
             json!({"type": "tls", "config": config})
         }
+        other => panic!("the bootstrap generator does not know {other:?}"),
     };
     let f = s.server_features;
     let features: Vec<&str> = [

@@ -22,6 +22,7 @@ pub struct BootstrapError {
 
 /// The kinds of [`BootstrapError`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BootstrapErrorKind {
     /// A required field is absent.
     Missing,

@@ -77,6 +77,7 @@ pub struct ServerConfig {
 
 /// The channel credentials to use for an xDS server.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ChannelCredentials {
     /// `insecure`: plaintext.
     Insecure,

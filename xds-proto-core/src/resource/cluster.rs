@@ -65,6 +65,7 @@ pub struct ClusterResource {
 
 /// The discovery type of a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClusterType {
     /// `EDS` with an `ads` or `self` config source.
     Eds {
@@ -88,6 +89,7 @@ pub enum ClusterType {
 
 /// A cluster's load-balancing policy.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum LbPolicy {
     /// `round_robin` (the default).
     RoundRobin,

@@ -75,6 +75,7 @@ pub struct Endpoint {
 
 /// An endpoint's health status (`envoy.config.core.v3.HealthStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum HealthStatus {
     /// `UNKNOWN`: usable.
     Unknown,

@@ -138,6 +138,7 @@ pub struct ListenerResource {
 
 /// What kind of listener a resource is.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ListenerKind {
     /// A client-side listener: `api_listener` holding an `HttpConnectionManager`.
     Client(HttpConnectionManager),
@@ -168,6 +169,7 @@ pub struct HttpConnectionManager {
 
 /// Where an HCM's route configuration comes from.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RouteSource {
     /// Fetched over RDS (config source `ads` or `self`) under this name.
     Rds(String),

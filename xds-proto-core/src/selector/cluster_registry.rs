@@ -13,19 +13,20 @@ use crate::resource::route::ClusterSpecifierPlugin;
 
 /// What a cluster manager child runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClusterChild {
+#[non_exhaustive]
+pub enum ClusterManagerChild {
     /// A CDS cluster (`cds_experimental`), child name `cluster:<name>`.
     Cluster(String),
     /// A cluster specifier plugin, child name `cluster_specifier_plugin:<name>`.
     Plugin(ClusterSpecifierPlugin),
 }
 
-impl ClusterChild {
+impl ClusterManagerChild {
     /// The child's name in the cluster manager config.
     pub fn child_name(&self) -> String {
         match self {
-            ClusterChild::Cluster(name) => format!("{CLUSTER_CHILD_PREFIX}{name}"),
-            ClusterChild::Plugin(p) => format!("{PLUGIN_CHILD_PREFIX}{}", p.name),
+            ClusterManagerChild::Cluster(name) => format!("{CLUSTER_CHILD_PREFIX}{name}"),
+            ClusterManagerChild::Plugin(p) => format!("{PLUGIN_CHILD_PREFIX}{}", p.name),
         }
     }
 }
@@ -94,7 +95,7 @@ impl fmt::Debug for ClusterHandle {
 
 struct RegistryChild {
     entry: Weak<ClusterEntry>,
-    child: ClusterChild,
+    child: ClusterManagerChild,
 }
 
 /// The set of cluster manager children, each alive while some handle holds it.
@@ -153,7 +154,7 @@ impl ClusterRegistry {
 
     /// A handle on a child: the live entry if one exists (its policy updated to
     /// `child`), else a new one.
-    pub fn handle(&mut self, child: ClusterChild) -> ClusterHandle {
+    pub fn handle(&mut self, child: ClusterManagerChild) -> ClusterHandle {
         let key: Arc<str> = Arc::from(child.child_name());
         if let Some(existing) = self.children.get_mut(&key)
             && let Some(entry) = existing.entry.upgrade()
@@ -162,13 +163,13 @@ impl ClusterRegistry {
             return ClusterHandle(entry);
         }
         let prefix = match child {
-            ClusterChild::Cluster(_) => CLUSTER_CHILD_PREFIX,
-            ClusterChild::Plugin(_) => PLUGIN_CHILD_PREFIX,
+            ClusterManagerChild::Cluster(_) => CLUSTER_CHILD_PREFIX,
+            ClusterManagerChild::Plugin(_) => PLUGIN_CHILD_PREFIX,
         };
         let entry = Arc::new(ClusterEntry {
             key: key.clone(),
             name_at: prefix.len(),
-            plugin: matches!(child, ClusterChild::Plugin(_)),
+            plugin: matches!(child, ClusterManagerChild::Plugin(_)),
             shared: self.shared.clone(),
         });
         self.children.insert(
@@ -232,10 +233,10 @@ impl ClusterRegistry {
         let mut children = serde_json::Map::new();
         for (key, c) in &self.children {
             let policy = match &c.child {
-                ClusterChild::Cluster(name) => {
+                ClusterManagerChild::Cluster(name) => {
                     serde_json::json!([{ "cds_experimental": { "cluster": name } }])
                 }
-                ClusterChild::Plugin(p) => plugin_policy(p),
+                ClusterManagerChild::Plugin(p) => plugin_policy(p),
             };
             children.insert(
                 key.to_string(),

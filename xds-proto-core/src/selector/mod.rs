@@ -45,7 +45,7 @@ mod route_table;
 #[cfg(test)]
 mod tests;
 
-pub use cluster_registry::{ClusterChild, ClusterHandle, ClusterRegistry};
+pub use cluster_registry::{ClusterHandle, ClusterManagerChild, ClusterRegistry};
 pub use matchers::{
     header_matches, path_matches, route_matches, select_virtual_host, string_matches,
 };
@@ -224,7 +224,7 @@ struct Targets<'a, E> {
 
 impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
     /// The target of `child`, issued once per selector.
-    fn target(&mut self, child: ClusterChild, error: Option<Status>) -> Target {
+    fn target(&mut self, child: ClusterManagerChild, error: Option<Status>) -> Target {
         let key = child.child_name();
         let registry = &mut *self.registry;
         self.issued
@@ -239,7 +239,7 @@ impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
     /// The cluster `name`'s target.
     fn cluster(&mut self, name: &str) -> Target {
         let error = (self.cluster_error)(name);
-        self.target(ClusterChild::Cluster(name.to_owned()), error)
+        self.target(ClusterManagerChild::Cluster(name.to_owned()), error)
     }
 
     /// Where a forwarding route sends its RPCs.
@@ -263,7 +263,9 @@ impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
             ClusterSpecifier::ClusterSpecifierPlugin(name) => {
                 let plugins = self.plugins;
                 match plugins.iter().find(|p| &p.name == name) {
-                    Some(p) => Action::Single(self.target(ClusterChild::Plugin(p.clone()), None)),
+                    Some(p) => {
+                        Action::Single(self.target(ClusterManagerChild::Plugin(p.clone()), None))
+                    }
                     None => Action::Inappropriate,
                 }
             }

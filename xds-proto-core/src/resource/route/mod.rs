@@ -117,6 +117,7 @@ pub struct VirtualHost {
 /// A virtual host domain pattern. Patterns are stored lower-case; hosts match
 /// case-insensitively.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DomainPattern {
     /// No wildcard: the host must equal the pattern.
     Exact(String),
@@ -180,6 +181,7 @@ pub struct RouteMatch {
 
 /// How a route matches the request path (`/service/method`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PathMatcher {
     /// The path starts with this prefix.
     Prefix(String),
@@ -290,6 +292,7 @@ pub struct HeaderMatcher {
 
 /// A header match condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HeaderMatchKind {
     /// The header value matches a string matcher (`exact_match`, `prefix_match`,
     /// `suffix_match`, `contains_match`, `safe_regex_match` or `string_match`).
@@ -307,6 +310,7 @@ pub enum HeaderMatchKind {
 
 /// A string matcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StringMatcher {
     /// The value equals `value`.
     Exact {
@@ -342,6 +346,7 @@ pub enum StringMatcher {
 
 /// What a route does with the RPCs it matches.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RouteAction {
     /// Route to a cluster (the `route` action).
     Forward(Box<ForwardAction>),
@@ -381,6 +386,7 @@ impl ForwardAction {
 
 /// How a route picks its cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClusterSpecifier {
     /// A single cluster.
     Cluster(String),
@@ -417,6 +423,7 @@ pub struct FilterConfigOverride {
 
 /// A hash policy (A42).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HashPolicy {
     /// Hash a request header.
     Header {
@@ -445,6 +452,7 @@ pub struct RegexRewrite {
 
 /// A gRPC status code that a retry policy may name (A44).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum RetryableCode {
     /// `cancelled` (1).
     Cancelled,
@@ -473,6 +481,7 @@ impl RetryableCode {
 
 /// An HTTP-level `retry_on` condition (Envoy's `x-envoy-retry-on` names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum HttpRetryCondition {
     /// `5xx`.
     FiveXx,
