@@ -55,6 +55,20 @@ async fn a_21_mb_response_fits_the_default_limit_and_the_limit_is_configurable()
     suite::large_responses::<AsyncStdRuntime>().await;
 }
 
+#[async_std::test]
+async fn a78_metrics_after_an_ack_a_nack_a_resource_error_a_server_stop_and_shutdown() {
+    suite::xds_client_metrics::<AsyncStdRuntime>("metrics-async-std").await;
+}
+
+#[async_std::test]
+async fn metrics_are_exported_on_a_configured_interval() {
+    suite::metrics_exported_on_interval::<AsyncStdRuntime>(
+        "metrics-interval-async-std",
+        Some(Duration::from_millis(300)),
+    )
+    .await;
+}
+
 /// The async-std runtime, checking on every use that no tokio runtime is current.
 #[derive(Clone, Debug, Default)]
 struct NoTokio {

@@ -19,6 +19,7 @@ use xds_proto_core::{
 
 use crate::config::{ConfigCommand, ConfigStream, Latest};
 use crate::driver::{Command, Driver};
+use crate::metrics::{DEFAULT_METRICS_INTERVAL, MetricsExporter, STANDALONE_TARGET};
 use crate::pool::ClientPool;
 use crate::runtime::Runtime;
 use crate::transport::TransportSettings;
@@ -86,6 +87,8 @@ pub struct ClientBuilder<R> {
     seed: Option<u64>,
     registrations: Vec<Registration>,
     runtime: Option<R>,
+    target: Option<Arc<str>>,
+    metrics_interval: Option<Duration>,
 }
 
 impl<R> fmt::Debug for ClientBuilder<R> {
@@ -95,6 +98,8 @@ impl<R> fmt::Debug for ClientBuilder<R> {
             .field("settings", &self.settings)
             .field("seed", &self.seed)
             .field("custom_types", &self.registrations.len())
+            .field("target", &self.target)
+            .field("metrics_interval", &self.metrics_interval)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +112,8 @@ impl<R: Clone> Clone for ClientBuilder<R> {
             seed: self.seed,
             registrations: self.registrations.clone(),
             runtime: self.runtime.clone(),
+            target: self.target.clone(),
+            metrics_interval: self.metrics_interval,
         }
     }
 }
@@ -121,6 +128,8 @@ impl<R: Runtime> ClientBuilder<R> {
             seed: None,
             registrations: Vec::new(),
             runtime: None,
+            target: None,
+            metrics_interval: Some(DEFAULT_METRICS_INTERVAL),
         }
     }
 
@@ -186,6 +195,24 @@ impl<R: Runtime> ClientBuilder<R> {
         &mut self.config
     }
 
+    /// The data-plane target a client from [`build`](Self::build) serves: its
+    /// [`Client::target`], CSDS `client_scope` and metrics `grpc.target` label (without
+    /// one: [`STANDALONE_TARGET`] in metrics, no scope). A pool ignores it: each of its
+    /// clients has its pool key.
+    pub fn target(mut self, target: impl Into<Arc<str>>) -> Self {
+        self.target = Some(target.into());
+        self
+    }
+
+    /// How often the client exports its gRFC A78 metrics through the `metrics` facade
+    /// (see [`crate::metrics`]); default [`DEFAULT_METRICS_INTERVAL`]. `None` turns off
+    /// the automatic exports (on the interval and when the client stops);
+    /// [`Client::export_metrics`] still exports.
+    pub fn metrics_interval(mut self, interval: Option<Duration>) -> Self {
+        self.metrics_interval = interval;
+        self
+    }
+
     /// Starts the driver task and returns the handle.
     ///
     /// # Errors
@@ -194,7 +221,7 @@ impl<R: Runtime> ClientBuilder<R> {
     pub fn build(self) -> Result<Client<R>, Error> {
         let rt = self.resolve_runtime()?;
         let seed = self.seed.unwrap_or_else(random_seed);
-        self.spawn(&rt, seed, None)
+        self.spawn(&rt, seed, self.target.clone())
     }
 
     /// Builds a [`ClientPool`]: one client per data-plane target, each created on first
@@ -238,7 +265,11 @@ impl<R: Runtime> ClientBuilder<R> {
             register(&mut core).map_err(Error::DuplicateType)?;
         }
         let (commands, rx) = mpsc::unbounded();
-        let driver = Driver::new(core, rt.clone(), self.settings.clone(), rx);
+        let metrics_target = target
+            .clone()
+            .unwrap_or_else(|| Arc::from(STANDALONE_TARGET));
+        let metrics = MetricsExporter::new(metrics_target, self.metrics_interval, rt.now());
+        let driver = Driver::new(core, rt.clone(), self.settings.clone(), rx, metrics);
         rt.spawn(Box::pin(driver.run()));
         Ok(Client::from_inner(Arc::new(Inner {
             commands,
@@ -325,7 +356,7 @@ impl<R> Client<R> {
     }
 
     /// The data-plane target this client serves in its [`ClientPool`] (its CSDS
-    /// `client_scope`); `None` for a client built on its own.
+    /// `client_scope`), or the one given to [`ClientBuilder::target`]; else `None`.
     pub fn target(&self) -> Option<&str> {
         self.inner.target.as_deref()
     }
@@ -430,7 +461,7 @@ impl<R> Client<R> {
 
     /// The client's CSDS `ClientConfig`: its node, every watched resource as a
     /// `GenericXdsConfig`, and `client_scope` set to its [`target`](Self::target)
-    /// (empty for a client outside a pool).
+    /// (empty for a client that has none).
     ///
     /// # Errors
     /// [`Error::Shutdown`] when the client has stopped.
@@ -458,6 +489,18 @@ impl<R> Client<R> {
         let (tx, events) = mpsc::unbounded();
         let _ = self.inner.commands.unbounded_send(Command::Subscribe(tx));
         ChannelEventStream { events }
+    }
+
+    /// Exports the client's gRFC A78 metrics to the installed `metrics` recorder now,
+    /// instead of waiting for the next interval (see [`crate::metrics`]). Returns once
+    /// the recorder has them.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`] when the client has stopped.
+    pub async fn export_metrics(&self) -> Result<(), Error> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::ExportMetrics(reply))?;
+        answer.await.map_err(|_| Error::Shutdown)
     }
 
     /// Stops the client: cancels the ADS streams, drops the connections, and ends

@@ -23,6 +23,7 @@ use xds_proto_core::{
 
 use crate::ads::{Report, StreamTask, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
+use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime};
 use crate::transport::{ChannelSlot, TransportSettings};
 
@@ -152,6 +153,7 @@ pub(crate) enum Command {
     ServerErrors(oneshot::Sender<Vec<(Arc<str>, Option<String>)>>),
     Subscribe(UnboundedSender<ChannelEvent>),
     Config(ConfigCommand),
+    ExportMetrics(oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -195,6 +197,7 @@ pub(crate) struct Driver<R: Runtime> {
     channels: HashMap<ServerId, Arc<ChannelSlot>>,
     subscribers: Vec<UnboundedSender<ChannelEvent>>,
     sleep: Option<(Instant, BoxFuture<()>)>,
+    metrics: MetricsExporter,
 }
 
 impl<R: Runtime> Driver<R> {
@@ -203,6 +206,7 @@ impl<R: Runtime> Driver<R> {
         rt: R,
         settings: TransportSettings,
         commands: UnboundedReceiver<Command>,
+        metrics: MetricsExporter,
     ) -> Driver<R> {
         let (reports_tx, reports) = mpsc::unbounded();
         Driver {
@@ -218,6 +222,7 @@ impl<R: Runtime> Driver<R> {
             channels: HashMap::new(),
             subscribers: Vec::new(),
             sleep: None,
+            metrics,
         }
     }
 
@@ -256,11 +261,16 @@ impl<R: Runtime> Driver<R> {
                 Input::Timer(deadline) => {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
-                    self.core.handle_timeout(now.max(deadline));
+                    let now = now.max(deadline);
+                    if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                        self.core.handle_timeout(now);
+                    }
+                    self.metrics.export_if_due(now, &self.core);
                 }
                 Input::Closed => break None,
             }
         };
+        self.metrics.finish(&self.core);
         self.close_all();
         tracing::debug!("xDS client driver stopped");
         if let Some(reply) = shutdown_reply {
@@ -268,9 +278,13 @@ impl<R: Runtime> Driver<R> {
         }
     }
 
-    /// Keeps one sleep armed for the core's next deadline.
+    /// Keeps one sleep armed for the earlier of the core's next deadline and the next
+    /// metrics export.
     fn arm_timer(&mut self) {
-        let deadline = self.core.poll_timeout();
+        let deadline = match (self.core.poll_timeout(), self.metrics.next_export()) {
+            (Some(core), Some(export)) => Some(core.min(export)),
+            (core, export) => core.or(export),
+        };
         if self.sleep.as_ref().map(|(d, _)| *d) == deadline {
             return;
         }
@@ -340,6 +354,10 @@ impl<R: Runtime> Driver<R> {
             }
             Command::Subscribe(sender) => self.subscribers.push(sender),
             Command::Config(command) => self.configs.on_command(&mut self.core, command),
+            Command::ExportMetrics(reply) => {
+                self.metrics.export(&self.core.metrics());
+                let _ = reply.send(());
+            }
             Command::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }

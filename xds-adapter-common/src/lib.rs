@@ -24,6 +24,9 @@
 //!   that encodes the core's `AdsRequest` (names shared, not copied) and hands
 //!   responses over as raw bytes, so nothing is decoded twice.
 //!
+//! - **metrics** ([`metrics`]): the core's gRFC A78 XdsClient metrics, exported
+//!   through the `metrics` facade on an interval, on demand and when a client stops.
+//!
 //! What a runtime must provide is the small [`Runtime`] trait: spawn a task, read the
 //! clock, sleep, and open a TCP connection. `xds-adapter-tokio` and
 //! `xds-adapter-async-std` are thin implementations of it.
@@ -48,6 +51,7 @@ mod config;
 pub mod csds;
 mod driver;
 mod io;
+pub mod metrics;
 mod pool;
 pub mod runtime;
 mod tls;

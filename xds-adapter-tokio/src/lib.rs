@@ -90,6 +90,25 @@
 //! # }
 //! ```
 //!
+//! **Metrics (gRFC A78).** Every client exports the XdsClient metrics
+//! (`grpc.xds_client.connected`, `server_failure`, `resource_updates_valid`,
+//! `resource_updates_invalid` and `resources`, see [`metrics`]) through the
+//! [`metrics`](https://docs.rs/metrics) facade: every 5 s
+//! ([`ClientBuilder::metrics_interval`](xds_adapter_common::ClientBuilder::metrics_interval)),
+//! once when it stops, and on [`Client::export_metrics`](xds_adapter_common::Client::export_metrics).
+//! The `grpc.target` label is the client's pool target ([`SERVER_TARGET`] for
+//! servers), or [`ClientBuilder::target`](xds_adapter_common::ClientBuilder::target)'s
+//! for a client built alone. Nothing is recorded until the application installs a
+//! recorder, for example Prometheus's through `metrics-exporter-prometheus`, before it
+//! builds clients:
+//!
+//! ```ignore
+//! metrics_exporter_prometheus::PrometheusBuilder::new()
+//!     .with_http_listener(([127, 0, 0, 1], 9464))
+//!     .install()?; // serves /metrics; dots in names become underscores
+//! let pool = ClientPool::from_bootstrap_json(bootstrap_json)?;
+//! ```
+//!
 //! All protocol decisions are the core's; the drive loop, the watch streams and the
 //! transport are shared with the async-std adapter through `xds-adapter-common`.
 //! This crate only supplies [`TokioRuntime`]: spawning, the clock, sleeping and TCP.
@@ -108,6 +127,7 @@ use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::csds::{
     CSDS_SERVICE_NAME, FETCH_CLIENT_STATUS_METHOD, STREAM_CLIENT_STATUS_METHOD,
 };
+pub use xds_adapter_common::metrics;
 pub use xds_adapter_common::{
     ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream, ConfigUpdate,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, Runtime,

@@ -1,6 +1,7 @@
 //! The tokio adapter against the loopback management server on 127.0.0.1: the shared
 //! scenarios of `xds_test_server::suite` on a multi-threaded runtime, and the
-//! does-not-exist timer at its default 15 s on tokio's paused clock.
+//! does-not-exist timer at its default 15 s and the metrics' default 5 s interval on
+//! tokio's paused clock.
 
 use std::time::Duration;
 
@@ -59,6 +60,27 @@ async fn mtls_with_a_test_ca() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_21_mb_response_fits_the_default_limit_and_the_limit_is_configurable() {
     suite::large_responses::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a78_metrics_after_an_ack_a_nack_a_resource_error_a_server_stop_and_shutdown() {
+    suite::xds_client_metrics::<TokioRuntime>("metrics-tokio").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_exported_on_a_configured_interval() {
+    suite::metrics_exported_on_interval::<TokioRuntime>(
+        "metrics-interval-tokio",
+        Some(Duration::from_millis(300)),
+    )
+    .await;
+}
+
+/// The default 5 s interval on a paused clock.
+#[tokio::test(start_paused = true)]
+async fn metrics_are_exported_every_5_s_by_default_on_paused_time() {
+    suite::metrics_exported_on_interval::<TokioRuntime>("metrics-default-interval-tokio", None)
+        .await;
 }
 
 #[tokio::test]

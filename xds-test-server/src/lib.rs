@@ -21,6 +21,9 @@
 //! paused clock stay deterministic), and otherwise on a dedicated thread with its own
 //! runtime (so an async-std test can use it without a tokio runtime of its own).
 //!
+//! [`recorder::TestRecorder`] is a `metrics` recorder that tests read the clients'
+//! exported metrics from.
+//!
 //! [`resources`] builds valid (and deliberately invalid) Envoy resources, and [`demo`]
 //! holds the small mesh the CLI's demo serves. [`suite`] and [`config_suite`] are the
 //! adapters' integration scenarios, written once for any runtime. The `tls` feature
@@ -31,6 +34,7 @@
 
 pub mod config_suite;
 pub mod demo;
+pub mod recorder;
 pub mod resources;
 mod server;
 pub mod suite;

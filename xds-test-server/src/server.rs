@@ -83,6 +83,21 @@ struct TypeSnapshot {
     errors: Vec<ResourceError>,
 }
 
+impl TypeSnapshot {
+    fn replace_resources(&mut self, resources: Vec<Any>) {
+        self.named.clear();
+        self.unnamed.clear();
+        for r in resources {
+            match resource_name(&r) {
+                Some(name) => {
+                    self.named.insert(name, r);
+                }
+                None => self.unnamed.push(r),
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     types: HashMap<String, TypeSnapshot>,
@@ -364,16 +379,26 @@ impl LoopbackServer {
             let mut state = self.shared.lock();
             let snapshot = state.types.entry(type_url.to_string()).or_default();
             snapshot.version = version.to_string();
-            snapshot.named.clear();
-            snapshot.unnamed.clear();
-            for r in resources {
-                match resource_name(&r) {
-                    Some(name) => {
-                        snapshot.named.insert(name, r);
-                    }
-                    None => snapshot.unnamed.push(r),
-                }
-            }
+            snapshot.replace_resources(resources);
+        }
+        self.shared.bump();
+    }
+
+    /// Sets the resources and the TP3 `resource_errors` of one type at `version` in one
+    /// change, so that a single response carries both.
+    pub fn set_resources_and_errors(
+        &self,
+        type_url: &str,
+        version: &str,
+        resources: Vec<Any>,
+        errors: Vec<ResourceError>,
+    ) {
+        {
+            let mut state = self.shared.lock();
+            let snapshot = state.types.entry(type_url.to_string()).or_default();
+            snapshot.version = version.to_string();
+            snapshot.replace_resources(resources);
+            snapshot.errors = errors;
         }
         self.shared.bump();
     }

@@ -6,6 +6,10 @@
 //! both down. Elapsed times are read from the runtime's clock, so the scenarios also
 //! hold under tokio's paused clock.
 
+mod a78;
+
+pub use a78::{metrics_exported_on_interval, xds_client_metrics};
+
 use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
