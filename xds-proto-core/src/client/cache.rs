@@ -1,0 +1,363 @@
+//! The resource cache: per type, a [`ResourceTable`] of [`ResourceEntry`]s. An entry
+//! owns its state and the notifications it sends: it is filled with a value, fails
+//! with an error, tells a new watcher where it stands, and knows which of its
+//! does-not-exist timers are armed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::timer::{TimerKey, timer_bit};
+use super::{
+    Action, ErrorKind, Notification, ResourceSnapshot, ResourceStatusKind, TypeIdx, UpdateFailure,
+    WatchEvent, WatcherId, XdsError,
+};
+use crate::DetHashMap as HashMap;
+use crate::metrics::CacheState;
+use crate::resource::ResourceValue;
+use crate::time::Instant;
+
+/// A value received and accepted, with what CSDS reports of it.
+#[derive(Debug)]
+pub(super) struct Cached {
+    pub(super) value: ResourceValue,
+    pub(super) raw: Bytes,
+    pub(super) version: Arc<str>,
+    pub(super) updated: Instant,
+}
+
+/// One watched resource.
+#[derive(Debug)]
+pub(super) struct ResourceEntry {
+    pub(super) name: Arc<str>,
+    /// The authority whose servers serve it.
+    pub(super) authority: usize,
+    pub(super) watchers: Vec<WatcherId>,
+    pub(super) cached: Option<Cached>,
+    /// Known not to exist (timer fired, NOT_FOUND, or deletion applied).
+    pub(super) does_not_exist: bool,
+    /// The timer fired as a transient error (`resource_timer_is_transient_error`).
+    pub(super) timed_out: bool,
+    /// The last NACK of this resource, until a valid copy arrives.
+    pub(super) nack: Option<UpdateFailure>,
+    /// A TP3 error remembered until the resource or a new error arrives.
+    pub(super) server_error: Option<UpdateFailure>,
+    /// The error that stands for new watchers: ambient when cached, the state otherwise.
+    pub(super) error: Option<XdsError>,
+    /// The servers (by position in the authority's list, see [`timer_bit`]) whose
+    /// does-not-exist timer for it is armed.
+    pub(super) timed_on: u64,
+    /// The last response (by [`XdsClient`](super::XdsClient)'s response counter) that
+    /// named it, and its position among that response's items: duplicate detection
+    /// without a name index.
+    pub(super) seen_in: u64,
+    pub(super) seen_at: u32,
+}
+
+impl ResourceEntry {
+    /// A resource watched for the first time, by `watcher`.
+    pub(super) fn new(name: Arc<str>, authority: usize, watcher: WatcherId) -> ResourceEntry {
+        ResourceEntry {
+            name,
+            authority,
+            watchers: vec![watcher],
+            cached: None,
+            does_not_exist: false,
+            timed_out: false,
+            nack: None,
+            server_error: None,
+            error: None,
+            timed_on: 0,
+            seen_in: 0,
+            seen_at: 0,
+        }
+    }
+
+    /// "Cached" in the A71 sense: a value, or known not to exist.
+    pub(super) fn is_cached(&self) -> bool {
+        self.cached.is_some() || self.does_not_exist
+    }
+
+    /// The A78 `grpc.xds.cache_state`.
+    pub(super) fn cache_state(&self) -> CacheState {
+        let cached = self.cached.is_some();
+        match () {
+            _ if self.server_error.is_some() && cached => CacheState::ReceivedErrorButCached,
+            _ if self.server_error.is_some() => CacheState::ReceivedError,
+            _ if self.nack.is_some() && cached => CacheState::NackedButCached,
+            _ if self.nack.is_some() => CacheState::Nacked,
+            _ if cached
+                && self
+                    .error
+                    .as_ref()
+                    .is_some_and(|e| e.kind == ErrorKind::DeletionIgnored) =>
+            {
+                CacheState::DoesNotExistButCached
+            }
+            _ if cached => CacheState::Acked,
+            _ if self.does_not_exist => CacheState::DoesNotExist,
+            _ if self.timed_out => CacheState::Timeout,
+            _ => CacheState::Requested,
+        }
+    }
+
+    pub(super) fn status(&self) -> ResourceStatusKind {
+        if self.server_error.is_some() {
+            ResourceStatusKind::ReceivedError
+        } else if self.nack.is_some() {
+            ResourceStatusKind::Nacked
+        } else if self.cached.is_some() {
+            ResourceStatusKind::Acked
+        } else if self.does_not_exist {
+            ResourceStatusKind::DoesNotExist
+        } else if self.timed_out {
+            ResourceStatusKind::Timeout
+        } else {
+            ResourceStatusKind::Requested
+        }
+    }
+
+    /// The CSDS view of it.
+    pub(super) fn snapshot(&self, type_url: &'static str) -> ResourceSnapshot {
+        ResourceSnapshot {
+            type_url,
+            name: self.name.clone(),
+            status: self.status(),
+            version: self
+                .cached
+                .as_ref()
+                .map_or_else(|| Arc::from(""), |c| c.version.clone()),
+            last_updated: self.cached.as_ref().map(|c| c.updated),
+            raw: self.cached.as_ref().map(|c| c.raw.clone()),
+            value: self.cached.as_ref().map(|c| c.value.clone()),
+            error_state: self.server_error.clone().or_else(|| self.nack.clone()),
+            watchers: self.watchers.len(),
+        }
+    }
+
+    /// Tells every watcher `event`.
+    pub(super) fn notify_all(
+        &self,
+        actions: &mut VecDeque<Action>,
+        type_url: &'static str,
+        event: WatchEvent,
+    ) {
+        for w in &self.watchers {
+            actions.push_back(Action::Notify(Notification {
+                watcher: *w,
+                type_url,
+                name: self.name.clone(),
+                event: event.clone(),
+            }));
+        }
+    }
+
+    /// The one failure path of a resource: `error` stands for it from now on, and the
+    /// watchers are told it, as ambient while a value is cached (A88).
+    pub(super) fn fail(
+        &mut self,
+        actions: &mut VecDeque<Action>,
+        type_url: &'static str,
+        error: XdsError,
+    ) {
+        self.error = Some(error.clone());
+        let event = if self.cached.is_some() {
+            WatchEvent::AmbientError(error)
+        } else {
+            WatchEvent::Changed(Err(error))
+        };
+        self.notify_all(actions, type_url, event);
+    }
+
+    /// Tells the watchers of a connectivity error of the server serving it: ambient
+    /// when cached in the A71 sense (a value, or known not to exist).
+    pub(super) fn notify_connectivity(
+        &self,
+        actions: &mut VecDeque<Action>,
+        type_url: &'static str,
+        error: &XdsError,
+    ) {
+        let event = if self.is_cached() {
+            WatchEvent::AmbientError(error.clone())
+        } else {
+            WatchEvent::Changed(Err(error.clone()))
+        };
+        self.notify_all(actions, type_url, event);
+    }
+
+    /// A valid copy arrived (`update` is `None` when its bytes are the cached ones):
+    /// every error clears, and the watchers hear of the value if it changed.
+    pub(super) fn fill(
+        &mut self,
+        actions: &mut VecDeque<Action>,
+        type_url: &'static str,
+        update: Option<(ResourceValue, Bytes)>,
+        version: &Arc<str>,
+        now: Instant,
+    ) {
+        self.nack = None;
+        self.server_error = None;
+        self.does_not_exist = false;
+        self.timed_out = false;
+        self.error = None;
+        let Some((value, raw)) = update else {
+            if let Some(c) = self.cached.as_mut() {
+                c.version = version.clone();
+            }
+            return;
+        };
+        if let Some(c) = self.cached.as_mut()
+            && (c.raw == raw || c.value.equals(&value))
+        {
+            // Unchanged: no notification. Keep the newest bytes for CSDS, copied so
+            // that the response buffer is not kept alive by one resource.
+            if c.raw != raw {
+                c.raw = Bytes::copy_from_slice(&raw);
+            }
+            c.version = version.clone();
+            return;
+        }
+        self.cached = Some(Cached {
+            value: value.clone(),
+            raw: Bytes::copy_from_slice(&raw),
+            version: version.clone(),
+            updated: now,
+        });
+        self.notify_all(actions, type_url, WatchEvent::Changed(Ok(value)));
+    }
+
+    /// What a new watcher is told at once.
+    pub(super) fn initial_events(&self, connectivity: Option<&XdsError>) -> Vec<WatchEvent> {
+        let mut events = Vec::new();
+        if let Some(c) = &self.cached {
+            events.push(WatchEvent::Changed(Ok(c.value.clone())));
+            if let Some(e) = self.error.as_ref().or(connectivity) {
+                events.push(WatchEvent::AmbientError(e.clone()));
+            }
+        } else if let Some(e) = &self.error {
+            events.push(WatchEvent::Changed(Err(e.clone())));
+            if let Some(c) = connectivity.filter(|_| self.does_not_exist) {
+                events.push(WatchEvent::AmbientError(c.clone()));
+            }
+        } else if let Some(c) = connectivity {
+            events.push(WatchEvent::Changed(Err(c.clone())));
+        }
+        events
+    }
+
+    /// Disarms its does-not-exist timers, those of server `only` or all, handing each
+    /// armed key to `cancel`. `servers` is its authority's server list.
+    pub(super) fn disarm_timers(
+        &mut self,
+        t: TypeIdx,
+        servers: &[usize],
+        only: Option<usize>,
+        mut cancel: impl FnMut(TimerKey),
+    ) {
+        if self.timed_on == 0 {
+            return;
+        }
+        for (position, &server) in servers.iter().enumerate() {
+            if self.timed_on & timer_bit(position) == 0 || only.is_some_and(|s| s != server) {
+                continue;
+            }
+            cancel(TimerKey::DoesNotExist(server, t, self.name.clone()));
+        }
+        match only {
+            None => self.timed_on = 0,
+            // The shared last bit stays set while a later position may still be armed.
+            Some(server) => {
+                if let Some(position) = servers.iter().position(|s| *s == server)
+                    && position < 63
+                {
+                    self.timed_on &= !timer_bit(position);
+                }
+            }
+        }
+    }
+}
+
+/// Where a resource sits in its type's [`ResourceTable`]: a slot and the generation
+/// of its occupant, so that a handle kept across responses never reaches a later
+/// resource that reused the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Slot {
+    index: u32,
+    generation: u32,
+}
+
+/// One resource type's watched resources: entries in a slab, found by name through an
+/// index. A response's items and a server's last response refer to entries by
+/// [`Slot`], so applying an unchanged SotW resend hashes no names.
+#[derive(Debug, Default)]
+pub(super) struct ResourceTable {
+    slots: Vec<(u32, Option<ResourceEntry>)>,
+    free: Vec<u32>,
+    by_name: HashMap<Arc<str>, u32>,
+}
+
+impl ResourceTable {
+    pub(super) fn slot_of(&self, name: &str) -> Option<Slot> {
+        let index = *self.by_name.get(name)?;
+        Some(Slot {
+            index,
+            generation: self.slots[index as usize].0,
+        })
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<&ResourceEntry> {
+        let index = *self.by_name.get(name)?;
+        self.slots[index as usize].1.as_ref()
+    }
+
+    pub(super) fn get_mut(&mut self, name: &str) -> Option<&mut ResourceEntry> {
+        let index = *self.by_name.get(name)?;
+        self.slots[index as usize].1.as_mut()
+    }
+
+    /// The entry at `slot`, if it still holds the resource the slot was taken for.
+    pub(super) fn at_mut(&mut self, slot: Slot) -> Option<&mut ResourceEntry> {
+        match self.slots.get_mut(slot.index as usize) {
+            Some((generation, entry)) if *generation == slot.generation => entry.as_mut(),
+            _ => None,
+        }
+    }
+
+    /// The table's shared copy of a watched name.
+    pub(super) fn shared_name(&self, name: &str) -> Option<&Arc<str>> {
+        self.by_name.get_key_value(name).map(|(k, _)| k)
+    }
+
+    pub(super) fn insert(&mut self, entry: ResourceEntry) {
+        let name = entry.name.clone();
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.slots[index as usize].1 = Some(entry);
+                index
+            }
+            None => {
+                let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 resources");
+                self.slots.push((0, Some(entry)));
+                index
+            }
+        };
+        self.by_name.insert(name, index);
+    }
+
+    pub(super) fn remove(&mut self, name: &str) -> Option<ResourceEntry> {
+        let index = self.by_name.remove(name)?;
+        let (generation, entry) = &mut self.slots[index as usize];
+        *generation = generation.wrapping_add(1);
+        self.free.push(index);
+        entry.take()
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &ResourceEntry> {
+        self.slots.iter().filter_map(|(_, e)| e.as_ref())
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut ResourceEntry> {
+        self.slots.iter_mut().filter_map(|(_, e)| e.as_mut())
+    }
+}

@@ -1,0 +1,166 @@
+//! The `DiscoveryResponse` envelope as the client reads it: the same fields, types and
+//! strictness as the generated message, except that each resource's `type_url` stays a
+//! slice of the received buffer (checked for UTF-8 as it is read, as the generated
+//! decoder does) instead of a new `String`: a 10,000-cluster response makes no
+//! per-resource allocation before its bytes are compared with the cache.
+
+use bytes::{Buf, BufMut, Bytes};
+use prost::encoding::{self, DecodeContext, WireType};
+
+use crate::pb::envoy::config::core::v3::ControlPlane;
+use crate::pb::envoy::service::discovery::v3::ResourceError;
+use crate::resource::type_url;
+
+/// `google.protobuf.Any` with its type URL kept as bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Any {
+    pub type_url: Bytes,
+    pub value: Bytes,
+}
+
+/// Type URLs known to be UTF-8, compared before running the UTF-8 check.
+const KNOWN_URLS: [&str; 5] = [
+    type_url::CLUSTER,
+    type_url::CLUSTER_LOAD_ASSIGNMENT,
+    type_url::LISTENER,
+    type_url::ROUTE_CONFIGURATION,
+    type_url::RESOURCE_WRAPPER,
+];
+
+impl prost::Message for Any {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if !self.type_url.is_empty() {
+            encoding::bytes::encode(1, &self.type_url, buf);
+        }
+        if !self.value.is_empty() {
+            encoding::bytes::encode(2, &self.value, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        match tag {
+            1 => {
+                encoding::bytes::merge(wire_type, &mut self.type_url, buf, ctx.clone())?;
+                let url = &self.type_url[..];
+                if KNOWN_URLS.iter().any(|k| k.as_bytes() == url)
+                    || std::str::from_utf8(url).is_ok()
+                {
+                    return Ok(());
+                }
+                // Not UTF-8: fail exactly as the generated decoder does, by reading
+                // the same bytes as a string.
+                let mut again = Vec::with_capacity(url.len() + 10);
+                encoding::encode_varint(url.len() as u64, &mut again);
+                again.extend_from_slice(url);
+                encoding::string::merge(
+                    WireType::LengthDelimited,
+                    &mut String::new(),
+                    &mut again.as_slice(),
+                    ctx,
+                )
+            }
+            2 => encoding::bytes::merge(wire_type, &mut self.value, buf, ctx),
+            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        (if self.type_url.is_empty() {
+            0
+        } else {
+            encoding::bytes::encoded_len(1, &self.type_url)
+        }) + if self.value.is_empty() {
+            0
+        } else {
+            encoding::bytes::encoded_len(2, &self.value)
+        }
+    }
+
+    fn clear(&mut self) {
+        self.type_url.clear();
+        self.value.clear();
+    }
+}
+
+/// `envoy.service.discovery.v3.DiscoveryResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct DiscoveryResponse {
+    #[prost(string, tag = "1")]
+    pub version_info: String,
+    #[prost(message, repeated, tag = "2")]
+    pub resources: Vec<Any>,
+    #[prost(bool, tag = "3")]
+    pub canary: bool,
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    #[prost(string, tag = "5")]
+    pub nonce: String,
+    #[prost(message, optional, tag = "6")]
+    pub control_plane: Option<ControlPlane>,
+    #[prost(message, repeated, tag = "7")]
+    pub resource_errors: Vec<ResourceError>,
+}
+
+/// Decodes a response, rejecting exactly what the generated message rejects; the
+/// error is the reason.
+pub(super) fn decode(bytes: Bytes) -> Result<DiscoveryResponse, String> {
+    <DiscoveryResponse as prost::Message>::decode(bytes).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use prost::Message;
+
+    use crate::pb::envoy::service::discovery::v3::DiscoveryResponse;
+
+    /// An `Any` whose type_url occurs twice, first as invalid UTF-8: the generated
+    /// decoder rejects it even though the last occurrence is valid (found by the
+    /// `decode_response` fuzzer).
+    #[test]
+    fn an_invalid_type_url_occurrence_fails_like_the_generated_decoder() {
+        let any = [
+            &[0x0a, 0x02, 0xff, 0xfe][..],
+            &[0x0a, 0x01, b'a'],
+            &[0x12, 0x01, 0x00],
+        ]
+        .concat();
+        let mut response = vec![0x12, any.len() as u8];
+        response.extend_from_slice(&any);
+        let full = DiscoveryResponse::decode(response.as_slice());
+        assert!(full.is_err());
+        let lite = super::decode(Bytes::from(response)).unwrap_err();
+        assert!(
+            lite.contains("DiscoveryResponse.resources")
+                && lite.contains("data is not UTF-8 encoded"),
+            "{lite}"
+        );
+    }
+
+    #[test]
+    fn a_valid_envelope_reads_the_same_as_the_generated_one() {
+        let full = DiscoveryResponse {
+            version_info: "1".into(),
+            resources: vec![crate::pb::google::protobuf::Any {
+                type_url: "type.googleapis.com/x.Y".into(),
+                value: Bytes::from_static(b"abc"),
+            }],
+            canary: true,
+            type_url: "type.googleapis.com/x.Y".into(),
+            nonce: "n".into(),
+            ..Default::default()
+        };
+        let lite = super::decode(Bytes::from(full.encode_to_vec())).unwrap();
+        assert_eq!(lite.version_info, "1");
+        assert_eq!(lite.nonce, "n");
+        assert!(lite.canary);
+        assert_eq!(&lite.resources[0].type_url[..], b"type.googleapis.com/x.Y");
+        assert_eq!(&lite.resources[0].value[..], b"abc");
+    }
+}

@@ -1,0 +1,167 @@
+//! gRFC A57's failure modes: a connectivity failure of a server's channel, a stream
+//! that ends (with or without a response first), the backoff before the next attempt,
+//! and the does-not-exist timer of each subscribed resource.
+
+use std::sync::Arc;
+
+use super::timer::{TimerKey, timer_bit};
+use super::{Status, TypeIdx, XdsClient, XdsError};
+use crate::time::Instant;
+
+impl XdsClient {
+    /// Starts `server`'s does-not-exist timer of a resource whose subscribing request
+    /// was sent on its connected stream, unless the resource is cached, NACKed, has a
+    /// server-reported error standing, or is already timed on this stream. A resource
+    /// whose timer ran out as a transient error (`resource_timer_is_transient_error`)
+    /// is not cached, so a new stream times it again (A57).
+    pub(super) fn start_resource_timer(
+        &mut self,
+        server: usize,
+        t: TypeIdx,
+        name: &Arc<str>,
+        now: Instant,
+    ) {
+        let Some(entry) = self.resources[t].get_mut(name) else {
+            return;
+        };
+        let Some(position) = self.authorities[entry.authority]
+            .in_use()
+            .iter()
+            .position(|s| *s == server)
+        else {
+            return;
+        };
+        if entry.is_cached() || entry.nack.is_some() || entry.server_error.is_some() {
+            return;
+        }
+        // An armed timer of this server is one of its current stream: every stream end
+        // cancels them (`cancel_resource_timers`).
+        let key = TimerKey::DoesNotExist(server, t, name.clone());
+        if self.timers.is_armed(&key) {
+            return;
+        }
+        entry.timed_on |= timer_bit(position);
+        tracing::trace!(
+            server = %self.servers[server].config.server_uri,
+            type_url = self.types[t].type_url(),
+            name = %name,
+            "does-not-exist timer started"
+        );
+        self.timers.set(key, now + self.config.resource_timeout);
+    }
+
+    /// `server`'s does-not-exist timer of a resource ran out: unless a value arrived
+    /// meanwhile, the resource does not exist (or timed out, on a server that says so).
+    pub(super) fn on_resource_timer(&mut self, server: usize, t: TypeIdx, name: &Arc<str>) {
+        let type_url = self.types[t].type_url();
+        let Some(entry) = self.resources[t].get_mut(name) else {
+            return;
+        };
+        if entry.is_cached() {
+            return;
+        }
+        // One verdict per resource: the timers still running on other servers stop.
+        let servers = &self.authorities[entry.authority].servers;
+        entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
+        let config = &self.servers[server].config;
+        let timeout = self.config.resource_timeout;
+        let transient = config.server_features.resource_timer_is_transient_error;
+        tracing::debug!(
+            server = %config.server_uri,
+            type_url,
+            name = %name,
+            transient,
+            "does-not-exist timer fired"
+        );
+        let error = if transient {
+            entry.timed_out = true;
+            XdsError::timeout(type_url, name, &config.server_uri, timeout)
+        } else {
+            entry.does_not_exist = true;
+            let why = format!(
+                "xDS server {:?} did not send it within {timeout:?}",
+                config.server_uri
+            );
+            XdsError::does_not_exist(type_url, name, &why)
+        };
+        entry.fail(&mut self.actions, type_url, error);
+    }
+
+    pub(super) fn on_connectivity_failure(&mut self, server: usize, reason: String) {
+        let Some(srv) = self.servers.get_mut(server) else {
+            return;
+        };
+        if let Some(stream) = &mut srv.stream {
+            stream.connected = false;
+        }
+        tracing::warn!(server = %srv.config.server_uri, %reason, "xDS channel failed");
+        let error = XdsError::connectivity(&srv.config.server_uri, &reason);
+        self.report_connectivity_error(server, error);
+    }
+
+    /// The stream of `server` ended. After a response it is reopened at once; before
+    /// any, it counts as a connectivity failure and the next attempt backs off.
+    pub(super) fn on_stream_closed(&mut self, server: usize, status: Status, now: Instant) {
+        let Some(stream) = self.servers[server].stream.take() else {
+            return;
+        };
+        let srv = &mut self.servers[server];
+        if stream.saw_response {
+            tracing::debug!(
+                server = %srv.config.server_uri,
+                stream = %stream.id,
+                %status,
+                "ADS stream closed after a response; reopening"
+            );
+            srv.backoff.reset();
+            self.cancel_resource_timers(server);
+            self.ensure_stream(server);
+            return;
+        }
+        let reason = format!("ADS stream closed before any response: {status}");
+        let error = XdsError::connectivity(&srv.config.server_uri, &reason);
+        let delay = srv.backoff.next_delay(&mut self.rng);
+        tracing::warn!(
+            server = %srv.config.server_uri,
+            stream = %stream.id,
+            %status,
+            backoff = ?delay,
+            "ADS stream closed before any response"
+        );
+        if srv.has_subscriptions() {
+            self.timers.set(TimerKey::Reconnect(server), now + delay);
+        }
+        self.report_connectivity_error(server, error);
+    }
+
+    /// Stops the does-not-exist timers of a server's resources (they never run while
+    /// it is disconnected) and lets them start again on the next stream.
+    pub(super) fn cancel_resource_timers(&mut self, server: usize) {
+        for (t, table) in self.resources.iter_mut().enumerate() {
+            for entry in table.values_mut().filter(|e| e.timed_on != 0) {
+                let servers = &self.authorities[entry.authority].servers;
+                entry.disarm_timers(t, servers, Some(server), |key| self.timers.cancel(&key));
+            }
+        }
+    }
+
+    /// Records a connectivity failure of `server` and, for every authority it is the
+    /// active server of, falls back (A71) or reports the error to the watchers.
+    pub(super) fn report_connectivity_error(&mut self, server: usize, error: XdsError) {
+        self.cancel_resource_timers(server);
+        self.servers[server].mark_failed(error.clone());
+        for a in 0..self.authorities.len() {
+            if self.authorities[a].active() != Some(server) || self.maybe_fallback(a) {
+                continue;
+            }
+            for (t, table) in self.resources.iter().enumerate() {
+                let type_url = self.types[t].type_url();
+                let mut entries: Vec<_> = table.values().filter(|e| e.authority == a).collect();
+                entries.sort_by(|x, y| x.name.cmp(&y.name));
+                for entry in entries {
+                    entry.notify_connectivity(&mut self.actions, type_url, &error);
+                }
+            }
+        }
+    }
+}

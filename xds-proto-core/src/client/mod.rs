@@ -1,0 +1,370 @@
+//! The ADS protocol engine: one deterministic state machine per xDS client.
+//!
+//! It owns the watchers, the resource cache, one ADS stream per server in use (with
+//! version, nonce and subscriptions per type), ACK/NACK, the A57 failure modes
+//! (stream termination, connectivity errors, backoff, the does-not-exist timer),
+//! TP3 `resource_errors`, the A88 watcher split, A71 fallback, and the CSDS snapshot.
+//!
+//! Methods come in four groups, as in quinn-proto: getters, inputs (`watch`,
+//! `cancel_watch`, `handle_event`, `handle_timeout`), and the two outputs
+//! (`poll_action`, `poll_timeout`). After every input, drain `poll_action()` until it
+//! returns `None`, then sleep until `poll_timeout()`.
+//!
+//! [`XdsClient`] holds the sub-states and routes inputs to them; each file owns one
+//! concern:
+//! - `api`: the public types (ids, [`Event`], [`Action`], [`Notification`], config);
+//! - `status`: [`Code`], [`Status`], [`XdsError`] and one constructor per failure;
+//! - `request`: [`AdsRequest`] and its wire encoding; `envelope`: the lite
+//!   `DiscoveryResponse` decoder;
+//! - `timer`: the [`TimerTable`](timer::TimerTable) of every deadline;
+//! - `cache`: the resource tables and entries (fill, fail, notify, timers armed);
+//! - `server`: a server's subscriptions and its stream's state, building requests;
+//! - `stream`: opening streams, emitting requests, request-sent and connected;
+//! - `response`: decoding and applying a response (ACK/NACK, TP3 errors, deletions);
+//! - `failure`: A57 connectivity failures, backoff and the does-not-exist timer;
+//! - `authority`: authorities, server selection and A71 fallback;
+//! - `csds`: the CSDS snapshot and the A78 metrics.
+//!
+//! The client logs through `tracing` (stream lifecycle, requests, responses, timers,
+//! failures and fallback); per-resource events are at `trace` level only.
+
+mod api;
+mod authority;
+mod cache;
+mod csds;
+mod envelope;
+mod failure;
+mod request;
+mod response;
+mod server;
+mod status;
+mod stream;
+mod timer;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+pub use self::api::{
+    Action, DEFAULT_RESOURCE_TIMEOUT, DuplicateTypeError, Event, MAX_NACK_DETAIL_BYTES,
+    Notification, ResourceSnapshot, ResourceStatusKind, ServerId, StreamId, UpdateFailure,
+    WatchError, WatchEvent, WatcherId, XdsClientConfig,
+};
+pub use self::request::AdsRequest;
+pub use self::status::{Code, ErrorKind, Status, XdsError};
+
+use self::authority::AuthorityState;
+use self::cache::{ResourceEntry, ResourceTable};
+use self::server::{ServerState, ServerTypeState, StreamTypeState};
+use self::timer::{TimerKey, TimerTable};
+use crate::DetHashMap as HashMap;
+use crate::bootstrap::ServerConfig;
+use crate::names;
+use crate::resource::{self, ResourceTypeInfo, XdsResourceType};
+use crate::time::Instant;
+
+/// A resource type's index in the client's registered types.
+type TypeIdx = usize;
+
+/// The xDS client state machine. See the module documentation for the drive loop.
+pub struct XdsClient {
+    config: XdsClientConfig,
+    node: crate::pb::envoy::config::core::v3::Node,
+    types: Vec<ResourceTypeInfo>,
+    servers: Vec<ServerState>,
+    authorities: Vec<AuthorityState>,
+    resources: Vec<ResourceTable>,
+    watchers: HashMap<WatcherId, (TypeIdx, Arc<str>)>,
+    timers: TimerTable,
+    actions: VecDeque<Action>,
+    rng: Xoshiro256PlusPlus,
+    next_stream: u64,
+    /// Responses applied so far: the stamp of the current one (see `ResourceEntry::seen_in`).
+    responses_applied: u64,
+    next_watcher: u64,
+    /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
+    #[cfg(feature = "planted-bug")]
+    planted_bug: bool,
+}
+
+impl fmt::Debug for XdsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XdsClient")
+            .field("servers", &self.servers.len())
+            .field("watchers", &self.watchers.len())
+            .field("pending_actions", &self.actions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl XdsClient {
+    /// A client with the built-in LDS/RDS/CDS/EDS types. `seed` drives backoff jitter.
+    pub fn new(config: XdsClientConfig, seed: u64) -> XdsClient {
+        let node = config
+            .bootstrap
+            .node
+            .to_proto(&config.user_agent_name, &config.user_agent_version);
+        let types = resource::builtin_types();
+        let resources = types.iter().map(|_| ResourceTable::default()).collect();
+        XdsClient {
+            config,
+            node,
+            types,
+            servers: Vec::new(),
+            authorities: Vec::new(),
+            resources,
+            watchers: HashMap::default(),
+            timers: TimerTable::default(),
+            actions: VecDeque::new(),
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            next_stream: 1,
+            responses_applied: 0,
+            next_watcher: 1,
+            #[cfg(feature = "planted-bug")]
+            planted_bug: false,
+        }
+    }
+
+    /// Test-only (feature `planted-bug`, off by default): when `on`, the client breaks
+    /// one A57 rule on purpose: it starts the does-not-exist timer when a request is
+    /// reported sent even if the stream is not yet connected. The simulator's
+    /// planted-bug test turns it on to show that its invariants catch the break.
+    #[cfg(feature = "planted-bug")]
+    #[doc(hidden)]
+    pub fn plant_bug(&mut self, on: bool) {
+        self.planted_bug = on;
+    }
+
+    /// Adds a user-defined resource type, so that [`watch::<T>`](Self::watch) works for it.
+    pub fn register_type<T: XdsResourceType>(&mut self) -> Result<(), DuplicateTypeError> {
+        if self.type_index(T::TYPE_URL).is_some() {
+            return Err(DuplicateTypeError(T::TYPE_URL));
+        }
+        self.types.push(ResourceTypeInfo::of::<T>());
+        self.resources.push(ResourceTable::default());
+        for server in &mut self.servers {
+            server.types.push(ServerTypeState::default());
+            if let Some(stream) = &mut server.stream {
+                stream.types.push(StreamTypeState::default());
+            }
+        }
+        Ok(())
+    }
+
+    // ----- getters -----
+
+    /// The configuration the client was built with.
+    pub fn config(&self) -> &XdsClientConfig {
+        &self.config
+    }
+
+    /// The node identity sent on the first request of each stream.
+    pub fn node(&self) -> &crate::pb::envoy::config::core::v3::Node {
+        &self.node
+    }
+
+    /// The configuration of a server this client has used.
+    pub fn server_config(&self, server: ServerId) -> Option<&Arc<ServerConfig>> {
+        self.servers.get(server.0).map(|s| &s.config)
+    }
+
+    /// The stream currently open to a server, if any.
+    pub fn current_stream(&self, server: ServerId) -> Option<StreamId> {
+        self.servers.get(server.0)?.stream.as_ref().map(|s| s.id)
+    }
+
+    /// The standing connectivity error of a server, if its last attempt failed.
+    pub fn server_error(&self, server: ServerId) -> Option<&XdsError> {
+        self.servers.get(server.0)?.connectivity_error.as_ref()
+    }
+
+    // ----- inputs -----
+
+    /// Starts watching the resource `name` of type `T`. The watcher is told the current
+    /// state at once if the resource is already known, and of every change after, through
+    /// [`Action::Notify`]; read the value with [`Notification::value::<T>`](Notification::value).
+    ///
+    /// ```
+    /// use xds_proto_core::{Action, Bootstrap, Cds, XdsClient, XdsClientConfig};
+    ///
+    /// let bootstrap = Bootstrap::from_json_str(r#"{
+    ///     "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
+    ///     "node": {"id": "my-node"}
+    /// }"#)?;
+    /// let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), 7);
+    /// let watcher = client.watch::<Cds>("my-cluster")?;
+    /// // The first watch on a server opens its ADS stream and subscribes the name.
+    /// assert!(matches!(client.poll_action(), Some(Action::StartStream { .. })));
+    /// match client.poll_action() {
+    ///     Some(Action::SendRequest { request, .. }) => {
+    ///         assert_eq!(&*request.resource_names[0], "my-cluster");
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// client.cancel_watch(watcher);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn watch<T: XdsResourceType>(&mut self, name: &str) -> Result<WatcherId, WatchError> {
+        let t = self
+            .type_index(T::TYPE_URL)
+            .filter(|&t| self.types[t].type_id == std::any::TypeId::of::<T>())
+            .ok_or_else(|| WatchError::UnknownType(T::TYPE_URL.to_string()))?;
+        let canonical = names::canonicalize(name).map_err(WatchError::InvalidName)?;
+        let authority = self.authority_for(t, &canonical)?;
+        let id = WatcherId(self.next_watcher);
+        self.next_watcher += 1;
+        let type_url = self.types[t].type_url();
+        // An authority's first watch puts its first server in use, before its standing
+        // error is read: a server shared with another authority may be failing already.
+        let auth = &mut self.authorities[authority];
+        if auth.in_use == 0 {
+            auth.in_use = 1;
+        }
+        let conn = self.authorities[authority]
+            .active()
+            .and_then(|s| self.servers[s].connectivity_error.clone());
+        if let Some(entry) = self.resources[t].get_mut(&canonical) {
+            entry.watchers.push(id);
+            let name = entry.name.clone();
+            self.watchers.insert(id, (t, name.clone()));
+            for event in entry.initial_events(conn.as_ref()) {
+                self.actions.push_back(Action::Notify(Notification {
+                    watcher: id,
+                    type_url,
+                    name: name.clone(),
+                    event,
+                }));
+            }
+            return Ok(id);
+        }
+        tracing::trace!(watcher = %id, type_url, name = %canonical, "watch started");
+        let name: Arc<str> = Arc::from(&*canonical);
+        self.resources[t].insert(ResourceEntry::new(name.clone(), authority, id));
+        self.watchers.insert(id, (t, name.clone()));
+        self.authorities[authority].resources += 1;
+        // A new uncached resource while the active server is failing: fall back (A71),
+        // or tell the watcher at once.
+        if let Some(err) = conn
+            && !self.maybe_fallback(authority)
+        {
+            self.actions.push_back(Action::Notify(Notification {
+                watcher: id,
+                type_url,
+                name: name.clone(),
+                event: WatchEvent::Changed(Err(err)),
+            }));
+        }
+        for server in self.authorities[authority].in_use().to_vec() {
+            if self.servers[server].subscribe(t, &name) {
+                self.subscription_changed(server, t);
+            }
+        }
+        Ok(id)
+    }
+
+    /// Stops a watch. Nothing more reaches the watcher. When it was the last watch of
+    /// the resource, the resource is unsubscribed and forgotten; when it was the last
+    /// on a server, that server's stream is closed.
+    pub fn cancel_watch(&mut self, watcher: WatcherId) {
+        let Some((t, name)) = self.watchers.remove(&watcher) else {
+            return;
+        };
+        tracing::trace!(%watcher, name = %name, "watch cancelled");
+        self.actions
+            .retain(|a| !matches!(a, Action::Notify(n) if n.watcher == watcher));
+        let Some(entry) = self.resources[t].get_mut(&name) else {
+            return;
+        };
+        entry.watchers.retain(|w| *w != watcher);
+        if !entry.watchers.is_empty() {
+            return;
+        }
+        let authority = entry.authority;
+        if let Some(mut entry) = self.resources[t].remove(&name) {
+            let servers = &self.authorities[authority].servers;
+            entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
+        }
+        let auth = &mut self.authorities[authority];
+        let servers = auth.in_use().to_vec();
+        auth.resources -= 1;
+        if auth.resources == 0 {
+            auth.in_use = 0;
+        }
+        for server in servers {
+            self.servers[server].unsubscribe(t, &name);
+            if self.servers[server].has_subscriptions() {
+                self.subscription_changed(server, t);
+            } else {
+                self.release_server(server);
+            }
+        }
+    }
+
+    /// Feeds one transport event.
+    pub fn handle_event(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::StreamStarted { stream } => {
+                if let Some(server) = self.server_of_stream(stream) {
+                    self.mark_connected(server, now);
+                }
+            }
+            Event::RequestSent { stream } => self.on_request_sent(stream, now),
+            Event::ResponseReceived { stream, bytes } => self.on_response(stream, bytes, now),
+            Event::StreamClosed { stream, status } => {
+                if let Some(server) = self.server_of_stream(stream) {
+                    self.on_stream_closed(server, status, now);
+                }
+            }
+            Event::ConnectivityFailure { server, reason } => {
+                self.on_connectivity_failure(server.0, reason)
+            }
+        }
+    }
+
+    /// Fires every timer due at `now`. An early call is a no-op.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(key) = self.timers.pop_expired(now) {
+            match key {
+                TimerKey::Reconnect(server) => self.ensure_stream(server),
+                TimerKey::DoesNotExist(server, t, name) => self.on_resource_timer(server, t, &name),
+            }
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The next action for the adapter, in order.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next_deadline()
+    }
+
+    // ----- internals -----
+
+    /// The cache's shared copy of a name, or a new one for a name not watched.
+    fn intern(&self, t: TypeIdx, name: String) -> Arc<str> {
+        match self.resources[t].shared_name(&name) {
+            Some(k) => k.clone(),
+            None => Arc::from(name),
+        }
+    }
+
+    fn type_index(&self, type_url: &str) -> Option<TypeIdx> {
+        self.types.iter().position(|t| t.type_url() == type_url)
+    }
+
+    fn server_of_stream(&self, stream: StreamId) -> Option<usize> {
+        self.servers
+            .iter()
+            .position(|s| s.stream.as_ref().is_some_and(|st| st.id == stream))
+    }
+}

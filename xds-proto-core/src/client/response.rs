@@ -1,0 +1,574 @@
+//! Applying a `DiscoveryResponse`, in phases: decode its items (recognising a SotW
+//! resend's unchanged resources without decoding them, and duplicates), check its
+//! TP3 `resource_errors`, apply the values and NACKed resources, then the
+//! server-reported errors, then SotW deletions. The result is the ACK's version or
+//! the NACK's detail.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+
+use super::cache::{ResourceTable, Slot};
+use super::envelope;
+use super::{
+    Action, Code, ErrorKind, MAX_NACK_DETAIL_BYTES, Status, StreamId, TypeIdx, UpdateFailure,
+    XdsClient, XdsError,
+};
+use crate::DetHashMap as HashMap;
+use crate::bootstrap::ServerConfig;
+use crate::names;
+use crate::pb::envoy::service::discovery::v3 as discovery;
+use crate::resource::{self, ResourceTypeInfo, ResourceValue};
+use crate::time::Instant;
+
+/// The response being applied, as every phase needs it.
+struct ResponseContext {
+    server: usize,
+    t: TypeIdx,
+    type_url: &'static str,
+    config: Arc<ServerConfig>,
+    version_info: String,
+    version: Arc<str>,
+    /// The response's number (see `ResourceEntry::seen_in`).
+    stamp: u64,
+    now: Instant,
+}
+
+/// What a response says about one named resource.
+enum Outcome {
+    /// The same bytes as cached (found without decoding).
+    Unchanged,
+    /// Decoded and valid; may still equal the cached value.
+    Changed(ResourceValue, Bytes),
+    /// Rejected, with the reason.
+    Invalid(String),
+}
+
+/// Whether a name was already seen in the response being applied.
+enum Seen {
+    /// First time: its slot if watched.
+    First(Option<Slot>),
+    /// A duplicate of the item at this position.
+    Again(usize),
+}
+
+/// The response's items once decoded, and what was wrong with them.
+#[derive(Default)]
+struct Decoded {
+    /// Every named resource in order: watched ones by slot (each entry stamped with
+    /// this response and its item), others with no slot.
+    items: Vec<(Option<Slot>, Outcome)>,
+    /// The unwatched names and their item, only to find duplicates.
+    unwatched: HashMap<String, usize>,
+    /// The NACK's reasons.
+    errors: Vec<String>,
+    /// A resource failed before its name was known: deletions cannot be told apart.
+    unnamed_error: bool,
+    /// Resources that decoded and validated (A78); the others were invalid.
+    valid: u64,
+}
+
+impl XdsClient {
+    pub(super) fn on_response(&mut self, stream_id: StreamId, bytes: Bytes, now: Instant) {
+        let Some(server) = self.server_of_stream(stream_id) else {
+            return;
+        };
+        let response = match envelope::decode(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                // Not a DiscoveryResponse at all: the stream is unusable, as gRPC treats a
+                // message it cannot parse.
+                tracing::warn!(
+                    server = %self.servers[server].config.server_uri,
+                    stream = %stream_id,
+                    error = %e,
+                    "undecodable DiscoveryResponse; closing the stream"
+                );
+                self.actions
+                    .push_back(Action::CloseStream { stream: stream_id });
+                let status = Status::new(
+                    Code::INTERNAL,
+                    format!("failed to decode DiscoveryResponse: {e}"),
+                );
+                self.on_stream_closed(server, status, now);
+                return;
+            }
+        };
+        self.mark_connected(server, now);
+        let srv = &mut self.servers[server];
+        if let Some(stream) = srv.stream.as_mut() {
+            stream.saw_response = true;
+        }
+        tracing::debug!(
+            server = %srv.config.server_uri,
+            stream = %stream_id,
+            type_url = %response.type_url,
+            version = %response.version_info,
+            nonce = %response.nonce,
+            resources = response.resources.len(),
+            resource_errors = response.resource_errors.len(),
+            "response received"
+        );
+        self.set_healthy(server);
+        let Some(t) = self.type_index(&response.type_url) else {
+            return; // a type this client does not know: ignored, as gRPC does
+        };
+        let Some(stream) = self.servers[server].stream.as_mut() else {
+            return;
+        };
+        if !stream.types[t].ever_sent {
+            return; // never requested on this stream: an ACK would subscribe to a wildcard
+        }
+        stream.types[t].nonce = response.nonce.clone();
+        let outcome = self.apply_response(server, t, response, now);
+        self.servers[server].record_outcome(t, outcome);
+        self.pump(server);
+    }
+
+    /// Validates and applies one response. Returns the version to ACK, or the NACK's
+    /// error detail.
+    fn apply_response(
+        &mut self,
+        server: usize,
+        t: TypeIdx,
+        response: envelope::DiscoveryResponse,
+        now: Instant,
+    ) -> Result<String, String> {
+        self.responses_applied += 1;
+        let cx = ResponseContext {
+            server,
+            t,
+            type_url: self.types[t].type_url(),
+            config: self.servers[server].config.clone(),
+            version: Arc::from(response.version_info.as_str()),
+            version_info: response.version_info,
+            stamp: self.responses_applied,
+            now,
+        };
+        let count = response.resources.len();
+        let mut decoded = self.decode_items(&cx, response.resources);
+        let server_errors = self.check_resource_errors(&cx, response.resource_errors, &mut decoded);
+        let present_here = self.apply_items(&cx, std::mem::take(&mut decoded.items));
+        self.apply_server_errors(&cx, &server_errors);
+        if self.types[t].all_resources_required_in_sotw() && !decoded.unnamed_error {
+            self.apply_deletions(&cx, present_here, &server_errors);
+        }
+        tracing::debug!(
+            server = %cx.config.server_uri,
+            type_url = cx.type_url,
+            version = %cx.version_info,
+            valid = decoded.valid,
+            invalid = count as u64 - decoded.valid,
+            server_errors = server_errors.len(),
+            "response applied"
+        );
+        if decoded.errors.is_empty() {
+            Ok(cx.version_info)
+        } else {
+            Err(nack_detail(&decoded.errors))
+        }
+    }
+
+    /// Decodes the response's resources into items, and counts them for A78.
+    fn decode_items(&mut self, cx: &ResponseContext, resources: Vec<envelope::Any>) -> Decoded {
+        let ty = self.types[cx.t];
+        let count = resources.len();
+        let mut decoded = Decoded {
+            items: Vec::with_capacity(count),
+            ..Decoded::default()
+        };
+        let last_slots = std::mem::take(&mut self.servers[cx.server].types[cx.t].last_slots);
+        let mut order: Vec<Option<Slot>> = Vec::with_capacity(count);
+        // Each resource's type URL against the response's, in one pass over the envelope
+        // just decoded (checked between decodes, each check was a cache miss).
+        let type_matches: Vec<bool> = resources
+            .iter()
+            .map(|a| a.type_url == cx.type_url.as_bytes())
+            .collect();
+        let table = &mut self.resources[cx.t];
+        for (i, any) in resources.into_iter().enumerate() {
+            // SotW resends: the same bytes at the same position as in the last response
+            // are the cached resource, unchanged; no decode, no name lookup.
+            if let Some(Some(slot)) = last_slots.get(i)
+                && type_matches[i]
+                && let Some(entry) = table.at_mut(*slot)
+                && entry.seen_in != cx.stamp
+                && entry.cached.as_ref().is_some_and(|c| c.raw == any.value)
+            {
+                entry.seen_in = cx.stamp;
+                entry.seen_at = decoded.items.len() as u32;
+                decoded.valid += 1;
+                decoded.items.push((Some(*slot), Outcome::Unchanged));
+                order.push(Some(*slot));
+                continue;
+            }
+            let result = decode_one(&ty, any, type_matches[i]);
+            order.push(decoded.note(table, i, result, cx.stamp));
+        }
+        let sts = &mut self.servers[cx.server].types[cx.t];
+        sts.last_slots = order;
+        sts.updates_valid += decoded.valid;
+        sts.updates_invalid += (count as u64) - decoded.valid;
+        decoded
+    }
+
+    /// Checks the TP3 `resource_errors`; returns the valid ones by name.
+    fn check_resource_errors(
+        &self,
+        cx: &ResponseContext,
+        resource_errors: Vec<discovery::ResourceError>,
+        decoded: &mut Decoded,
+    ) -> Vec<(Arc<str>, Status)> {
+        let mut server_errors = Vec::new();
+        for (j, re) in resource_errors.into_iter().enumerate() {
+            let name = canonical_name(re.resource_name.map(|n| n.name).unwrap_or_default());
+            let status = re
+                .error_detail
+                .map(|s| Status::new(Code(s.code), s.message));
+            if name.is_empty() {
+                decoded
+                    .errors
+                    .push(format!("resource_errors[{j}]: empty resource name"));
+                continue;
+            }
+            let present = decoded
+                .item_of(&self.resources[cx.t], &name, cx.stamp)
+                .is_some_and(|k| !matches!(decoded.items[k].1, Outcome::Invalid(_)));
+            let error = match status {
+                None => format!("resource_errors[{j}]: {name}: missing error_detail"),
+                Some(s) if s.code == Code::OK => {
+                    format!("resource_errors[{j}]: {name}: error_detail has status OK")
+                }
+                Some(_) if present => {
+                    format!("resource_errors[{j}]: {name}: resource is also present in resources")
+                }
+                Some(s) => {
+                    server_errors.push((self.intern(cx.t, name), s));
+                    continue;
+                }
+            };
+            decoded.errors.push(error);
+        }
+        server_errors
+    }
+
+    /// Applies the items to the watched resources this server serves: new values are
+    /// cached and told, invalid ones NACKed, and their does-not-exist timers stop.
+    /// Returns how many watched resources of this server the response named.
+    fn apply_items(&mut self, cx: &ResponseContext, items: Vec<(Option<Slot>, Outcome)>) -> usize {
+        let table = &mut self.resources[cx.t];
+        // Does-not-exist timers of the resources received, cancelled after the loop.
+        let mut cancelled = Vec::new();
+        let mut present_here = 0usize;
+        for (slot, outcome) in items {
+            let Some(entry) = slot.and_then(|slot| table.at_mut(slot)) else {
+                continue; // not subscribed: ignored
+            };
+            let authority = &self.authorities[entry.authority];
+            if authority.active() != Some(cx.server) {
+                continue; // served by another server of its authority (A71)
+            }
+            debug_assert!(
+                self.servers[cx.server].types[cx.t]
+                    .subscribed
+                    .contains(&entry.name),
+                "the active server's subscription names every watched resource it serves"
+            );
+            present_here += 1;
+            entry.disarm_timers(cx.t, &authority.servers, None, |key| cancelled.push(key));
+            let update = match outcome {
+                Outcome::Invalid(message) => {
+                    tracing::trace!(name = %entry.name, %message, "resource rejected");
+                    let uri = &cx.config.server_uri;
+                    let error = XdsError::invalid(
+                        cx.type_url,
+                        &entry.name,
+                        uri,
+                        &cx.version_info,
+                        &message,
+                    );
+                    entry.nack = Some(UpdateFailure {
+                        details: message,
+                        version: cx.version_info.clone(),
+                        at: cx.now,
+                    });
+                    entry.fail(&mut self.actions, cx.type_url, error);
+                    continue;
+                }
+                Outcome::Unchanged => None,
+                Outcome::Changed(value, raw) => Some((value, raw)),
+            };
+            entry.fill(&mut self.actions, cx.type_url, update, &cx.version, cx.now);
+        }
+        self.timers.cancel_all(&cancelled);
+        present_here
+    }
+
+    /// Applies the server-reported errors (TP3) to the resources this server serves.
+    fn apply_server_errors(&mut self, cx: &ResponseContext, server_errors: &[(Arc<str>, Status)]) {
+        let features = cx.config.server_features;
+        let table = &mut self.resources[cx.t];
+        for (name, status) in server_errors {
+            let Some(entry) = table.get_mut(name) else {
+                continue;
+            };
+            let authority = &self.authorities[entry.authority];
+            if authority.active() != Some(cx.server) {
+                continue; // served by another server of its authority (A71)
+            }
+            tracing::trace!(name = %name, %status, "server reported an error");
+            entry.disarm_timers(cx.t, &authority.servers, None, |key| {
+                self.timers.cancel(&key)
+            });
+            entry.server_error = Some(UpdateFailure {
+                details: status.to_string(),
+                version: cx.version_info.clone(),
+                at: cx.now,
+            });
+            let data_error =
+                status.code == Code::NOT_FOUND || status.code == Code::PERMISSION_DENIED;
+            let error = XdsError::server_reported(cx.type_url, name, &cx.config.server_uri, status);
+            if data_error && features.fail_on_data_errors {
+                entry.cached = None;
+            }
+            if status.code == Code::NOT_FOUND && entry.cached.is_none() {
+                entry.does_not_exist = true;
+            }
+            entry.fail(&mut self.actions, cx.type_url, error);
+        }
+    }
+
+    /// SotW deletions (LDS, CDS): a cached resource the response omits, with no
+    /// server-reported error standing for it, was deleted. The active server's
+    /// subscription covers every watched name of the authorities it serves, so a count
+    /// of present resources equal to the subscription means none is missing.
+    fn apply_deletions(
+        &mut self,
+        cx: &ResponseContext,
+        present_here: usize,
+        server_errors: &[(Arc<str>, Status)],
+    ) {
+        let subscription = &self.servers[cx.server].types[cx.t].subscribed;
+        if present_here >= subscription.len() {
+            return;
+        }
+        let table = &mut self.resources[cx.t];
+        let missing: Vec<Arc<str>> = subscription
+            .iter()
+            .filter(|n| {
+                table.get(n).is_some_and(|e| e.seen_in != cx.stamp)
+                    && !server_errors.iter().any(|(e, _)| e == *n)
+            })
+            .cloned()
+            .collect();
+        let features = cx.config.server_features;
+        let uri = &cx.config.server_uri;
+        for name in missing {
+            let Some(entry) = table.get_mut(&name) else {
+                continue;
+            };
+            if self.authorities[entry.authority].active() != Some(cx.server)
+                || entry.cached.is_none()
+                || entry.server_error.is_some()
+            {
+                continue; // uncached: the timer decides; TP3 error: counts as present
+            }
+            // A88: deletions drop the resource only under fail_on_data_errors, and
+            // never when the server also says ignore_resource_deletion (A53).
+            if features.fail_on_data_errors && !features.ignore_resource_deletion {
+                tracing::trace!(name = %name, "resource deleted");
+                entry.cached = None;
+                entry.nack = None;
+                entry.does_not_exist = true;
+                let why = format!("xDS server {uri:?} removed it (fail_on_data_errors)");
+                let error = XdsError::does_not_exist(cx.type_url, &name, &why);
+                entry.fail(&mut self.actions, cx.type_url, error);
+            } else if !entry
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == ErrorKind::DeletionIgnored)
+            {
+                tracing::trace!(name = %name, "resource deletion ignored");
+                let error = XdsError::deletion_ignored(cx.type_url, &name, uri);
+                entry.fail(&mut self.actions, cx.type_url, error);
+            }
+        }
+    }
+}
+
+impl Decoded {
+    /// Records the decoded (or rejected) resource at position `i`; returns its slot
+    /// for the next response's fast path, `None` unless it was valid and watched.
+    fn note(
+        &mut self,
+        table: &mut ResourceTable,
+        i: usize,
+        result: Result<(String, ResourceValue, Bytes), resource::DecodeError>,
+        stamp: u64,
+    ) -> Option<Slot> {
+        match result {
+            Ok((name, value, raw)) => {
+                let name = canonical_name(name);
+                match self.see(table, &name, stamp) {
+                    Seen::First(slot) => {
+                        self.valid += 1;
+                        self.items.push((slot, Outcome::Changed(value, raw)));
+                        slot
+                    }
+                    Seen::Again(k) => {
+                        self.errors.push(format!(
+                            "resource index {i}: {name}: duplicate resource name in response"
+                        ));
+                        self.items[k].1 =
+                            Outcome::Invalid("duplicate resource name in response".to_string());
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                let label = e.name.as_deref().unwrap_or("<unknown name>");
+                self.errors
+                    .push(format!("resource index {i}: {label}: {}", e.message));
+                match e.name.map(canonical_name) {
+                    Some(name) => match self.see(table, &name, stamp) {
+                        Seen::First(slot) => self.items.push((slot, Outcome::Invalid(e.message))),
+                        Seen::Again(k) => self.items[k].1 = Outcome::Invalid(e.message),
+                    },
+                    None => self.unnamed_error = true,
+                }
+                None
+            }
+        }
+    }
+
+    /// Records that the next item names `name`, or finds the earlier item that did.
+    fn see(&mut self, table: &mut ResourceTable, name: &str, stamp: u64) -> Seen {
+        let position = self.items.len();
+        if let Some(slot) = table.slot_of(name)
+            && let Some(entry) = table.at_mut(slot)
+        {
+            if entry.seen_in == stamp {
+                return Seen::Again(entry.seen_at as usize);
+            }
+            entry.seen_in = stamp;
+            entry.seen_at = position as u32;
+            return Seen::First(Some(slot));
+        }
+        match self.unwatched.get(name) {
+            Some(&k) => Seen::Again(k),
+            None => {
+                self.unwatched.insert(name.to_string(), position);
+                Seen::First(None)
+            }
+        }
+    }
+
+    /// The item a name had in this response, if any.
+    fn item_of(&self, table: &ResourceTable, name: &str, stamp: u64) -> Option<usize> {
+        match table.get(name) {
+            Some(e) => (e.seen_in == stamp).then_some(e.seen_at as usize),
+            None => self.unwatched.get(name).copied(),
+        }
+    }
+}
+
+/// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
+/// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
+fn decode_one(
+    ty: &ResourceTypeInfo,
+    any: envelope::Any,
+    type_matches: bool,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    let (any, type_matches) = if any.type_url == resource::type_url::RESOURCE_WRAPPER.as_bytes() {
+        let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
+            resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
+        })?;
+        let name = (!wrapper.name.is_empty()).then_some(wrapper.name);
+        let inner = wrapper.resource.ok_or_else(|| resource::DecodeError {
+            name,
+            message: "Resource wrapper has no resource".to_string(),
+        })?;
+        let matches = inner.type_url == ty.type_url();
+        let inner = envelope::Any {
+            type_url: Bytes::from(inner.type_url.into_bytes()),
+            value: inner.value,
+        };
+        (inner, matches)
+    } else {
+        (any, type_matches)
+    };
+    if !type_matches {
+        return Err(resource::DecodeError::unnamed(format!(
+            "type URL {:?} does not match the response's {:?}",
+            String::from_utf8_lossy(&any.type_url),
+            ty.type_url()
+        )));
+    }
+    let (name, value) = ty.decode(&any.value)?;
+    Ok((name, value, any.value))
+}
+
+/// The canonical spelling of a name a server sent (xdstp context parameters sorted).
+fn canonical_name(name: String) -> String {
+    if !name.starts_with("xdstp:") {
+        return name;
+    }
+    match names::canonicalize(&name) {
+        Ok(std::borrow::Cow::Owned(canonical)) => canonical,
+        _ => name,
+    }
+}
+
+/// Joins NACK reasons, keeping the result under [`MAX_NACK_DETAIL_BYTES`].
+fn nack_detail(errors: &[String]) -> String {
+    let mut out = String::new();
+    for (i, e) in errors.iter().enumerate() {
+        let sep = if out.is_empty() { "" } else { "; " };
+        let remaining = errors.len() - i;
+        let tail = format!("; ... and {remaining} more errors");
+        if out.len() + sep.len() + e.len() + tail.len() > MAX_NACK_DETAIL_BYTES {
+            if out.is_empty() {
+                let mut cut = MAX_NACK_DETAIL_BYTES - tail.len();
+                while !e.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                out.push_str(&e[..cut]);
+                if remaining > 1 {
+                    out.push_str(&format!("; ... and {} more errors", remaining - 1));
+                }
+            } else {
+                out.push_str(&tail);
+            }
+            return out;
+        }
+        out.push_str(sep);
+        out.push_str(e);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nack_detail_stays_under_the_limit_and_counts_what_it_drops() {
+        let errors: Vec<String> = (0..500)
+            .map(|i| format!("resource index {i}: r{i}: {}", "x".repeat(40)))
+            .collect();
+        let detail = nack_detail(&errors);
+        assert!(detail.len() <= MAX_NACK_DETAIL_BYTES, "{}", detail.len());
+        assert!(detail.starts_with("resource index 0: r0: "));
+        let kept = detail.matches("resource index").count();
+        assert!(
+            detail.ends_with(&format!("; ... and {} more errors", 500 - kept)),
+            "{detail}"
+        );
+        let huge = vec!["é".repeat(10_000), "second".to_string()];
+        let detail = nack_detail(&huge);
+        assert!(detail.len() <= MAX_NACK_DETAIL_BYTES);
+        assert!(detail.ends_with("; ... and 1 more errors"));
+        assert_eq!(nack_detail(&["a".into(), "b".into()]), "a; b");
+    }
+}

@@ -1,0 +1,112 @@
+//! The client's side of a stream's life: opening it when a server has subscriptions,
+//! emitting one request at a time, and starting the does-not-exist timers once a
+//! subscribing request has gone out on a connected stream (A57).
+
+use std::sync::Arc;
+
+use super::timer::TimerKey;
+use super::{Action, ServerId, StreamId, TypeIdx, XdsClient};
+use crate::time::Instant;
+
+impl XdsClient {
+    /// The subscription of type `t` on `server` changed: resend it, or open a stream.
+    pub(super) fn subscription_changed(&mut self, server: usize, t: TypeIdx) {
+        if self.servers[server].subscription_changed(t) {
+            self.pump(server);
+        } else {
+            self.ensure_stream(server);
+        }
+    }
+
+    /// Opens a stream to `server` if it has subscriptions, none is open, and no
+    /// backoff is pending.
+    pub(super) fn ensure_stream(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        if srv.stream.is_some()
+            || !srv.has_subscriptions()
+            || self.timers.is_armed(&TimerKey::Reconnect(server))
+        {
+            return;
+        }
+        let id = StreamId(self.next_stream);
+        self.next_stream += 1;
+        srv.open_stream(id, self.types.len());
+        tracing::debug!(server = %srv.config.server_uri, stream = %id, "ADS stream starting");
+        self.actions.push_back(Action::StartStream {
+            server: ServerId(server),
+            config: srv.config.clone(),
+            stream: id,
+        });
+        self.pump(server);
+    }
+
+    /// Emits the next request of `server`'s stream if none is outstanding.
+    pub(super) fn pump(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        let Some((stream, request)) = srv.next_request(&self.node, &self.types) else {
+            return;
+        };
+        let server_uri = &srv.config.server_uri;
+        match &request.error_detail {
+            Some(detail) => tracing::warn!(
+                server = %server_uri,
+                %stream,
+                type_url = request.type_url,
+                version = %request.version_info,
+                nonce = %request.response_nonce,
+                detail = %detail.message,
+                "sending NACK"
+            ),
+            None => tracing::debug!(
+                server = %server_uri,
+                %stream,
+                type_url = request.type_url,
+                version = %request.version_info,
+                nonce = %request.response_nonce,
+                resources = request.resource_names.len(),
+                "sending request"
+            ),
+        }
+        self.actions.push_back(Action::SendRequest {
+            stream,
+            request: Box::new(request),
+        });
+    }
+
+    pub(super) fn on_request_sent(&mut self, stream_id: StreamId, now: Instant) {
+        let Some(server) = self.server_of_stream(stream_id) else {
+            return;
+        };
+        let Some(stream) = self.servers[server].stream.as_mut() else {
+            return;
+        };
+        #[cfg(feature = "planted-bug")]
+        let assume_connected = self.planted_bug;
+        #[cfg(not(feature = "planted-bug"))]
+        let assume_connected = false;
+        let Some((t, names)) = stream.request_sent(assume_connected) else {
+            return;
+        };
+        for name in &names {
+            self.start_resource_timer(server, t, name, now);
+        }
+        self.pump(server);
+    }
+
+    /// The stream of `server` is connected: the timers of the names whose subscribing
+    /// request went out before start now.
+    pub(super) fn mark_connected(&mut self, server: usize, now: Instant) {
+        let srv = &mut self.servers[server];
+        let Some(stream) = srv.stream.as_mut() else {
+            return;
+        };
+        if stream.connected {
+            return;
+        }
+        tracing::debug!(server = %srv.config.server_uri, stream = %stream.id, "ADS stream connected");
+        let waiting: Vec<(TypeIdx, Arc<str>)> = stream.connect();
+        for (t, name) in waiting {
+            self.start_resource_timer(server, t, &name, now);
+        }
+    }
+}
