@@ -39,6 +39,8 @@ mod response;
 mod server;
 mod status;
 mod stream;
+#[cfg(test)]
+mod tests;
 mod timer;
 
 use std::collections::VecDeque;
