@@ -31,6 +31,24 @@ impl AuthorityState {
     pub(super) fn active(&self) -> Option<usize> {
         self.in_use().last().copied()
     }
+
+    /// A watch of this authority starts: its first server is in use from now on.
+    pub(super) fn start_using(&mut self) {
+        if self.in_use == 0 {
+            self.in_use = 1;
+        }
+    }
+
+    /// One of its resources is no longer watched; returns the servers that were in use
+    /// for it (none stays in use once its last resource goes).
+    pub(super) fn remove_resource(&mut self) -> Vec<usize> {
+        let servers = self.in_use().to_vec();
+        self.resources -= 1;
+        if self.resources == 0 {
+            self.in_use = 0;
+        }
+        servers
+    }
 }
 
 impl XdsClient {

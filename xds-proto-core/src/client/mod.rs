@@ -60,7 +60,7 @@ pub use self::status::{Code, ErrorKind, Status, XdsError};
 
 use self::authority::AuthorityState;
 use self::cache::{ResourceEntry, ResourceTable};
-use self::server::{ServerState, ServerTypeState, StreamTypeState};
+use self::server::ServerState;
 use self::timer::{TimerKey, TimerTable};
 use crate::DetHashMap as HashMap;
 use crate::bootstrap::ServerConfig;
@@ -148,10 +148,7 @@ impl XdsClient {
         self.types.push(ResourceTypeInfo::of::<T>());
         self.resources.push(ResourceTable::default());
         for server in &mut self.servers {
-            server.types.push(ServerTypeState::default());
-            if let Some(stream) = &mut server.stream {
-                stream.types.push(StreamTypeState::default());
-            }
+            server.add_type();
         }
         Ok(())
     }
@@ -221,10 +218,7 @@ impl XdsClient {
         let type_url = self.types[t].type_url();
         // An authority's first watch puts its first server in use, before its standing
         // error is read: a server shared with another authority may be failing already.
-        let auth = &mut self.authorities[authority];
-        if auth.in_use == 0 {
-            auth.in_use = 1;
-        }
+        self.authorities[authority].start_using();
         let conn = self.authorities[authority]
             .active()
             .and_then(|s| self.servers[s].connectivity_error.clone());
@@ -289,12 +283,7 @@ impl XdsClient {
             let servers = &self.authorities[authority].servers;
             entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
         }
-        let auth = &mut self.authorities[authority];
-        let servers = auth.in_use().to_vec();
-        auth.resources -= 1;
-        if auth.resources == 0 {
-            auth.in_use = 0;
-        }
+        let servers = self.authorities[authority].remove_resource();
         for server in servers {
             self.servers[server].unsubscribe(t, &name);
             if self.servers[server].has_subscriptions() {

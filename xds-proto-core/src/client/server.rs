@@ -143,6 +143,14 @@ impl ServerState {
         }
     }
 
+    /// A resource type was registered after the server was first used.
+    pub(super) fn add_type(&mut self) {
+        self.types.push(ServerTypeState::default());
+        if let Some(stream) = &mut self.stream {
+            stream.types.push(StreamTypeState::default());
+        }
+    }
+
     pub(super) fn has_subscriptions(&self) -> bool {
         self.types.iter().any(|t| !t.subscribed.is_empty())
     }
