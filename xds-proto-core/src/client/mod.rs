@@ -16,7 +16,7 @@
 //! - `status`: [`Code`], [`Status`], [`XdsError`] and one constructor per failure;
 //! - `request`: [`AdsRequest`] and its wire encoding; `envelope`: the lite
 //!   `DiscoveryResponse` decoder;
-//! - `timer`: the [`TimerTable`](timer::TimerTable) of every deadline;
+//! - `timer`: the `TimerTable` of every deadline;
 //! - `cache`: the resource tables and entries (fill, fail, notify, timers armed);
 //! - `server`: a server's subscriptions and its stream's state, building requests;
 //! - `stream`: opening streams, emitting requests, request-sent and connected;
