@@ -11,7 +11,7 @@
 //!   the fuzz targets);
 //! - [`verdict`]: the naive reference for ACK/NACK decisions the checker holds the
 //!   client to;
-//! - [`server`]: the sans-IO management server model;
+//! - [`server`]: the sans-IO management server model (the testing kit's);
 //! - [`rng`]: the seeded random stream;
 //! - [`fuzz`]: the library side of the cargo-fuzz targets, so `cargo test` can replay
 //!   their regression inputs;
@@ -21,9 +21,10 @@ pub mod bootstrap_json;
 pub mod check;
 pub mod fuzz;
 pub mod rng;
-pub mod server;
 pub mod verdict;
 pub mod world;
+
+pub use xds_proto_testing::server;
 
 pub use check::{CheckOptions, CheckedClient, Violation, WatcherState};
 pub use world::{SimFailure, SimOptions, SimReport, SimStats, replay_command, run};

@@ -1116,7 +1116,8 @@ impl World {
             Ev::ServerFlush { conn } => {
                 self.flush_due.remove(&conn);
                 let server = self.conns[&conn].server;
-                let responses = self.servers[server].flush(conn, &mut self.rng);
+                let rng = &mut self.rng;
+                let responses = self.servers[server].flush(conn, |n| rng.index(n));
                 for r in responses {
                     let t = r.type_url.clone();
                     self.send_to_client(conn, r.encode_to_vec().into());

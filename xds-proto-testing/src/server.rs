@@ -1,6 +1,9 @@
-//! A sans-IO xDS management server for the simulator. It holds a versioned SotW
-//! snapshot per type and, per ADS stream, what the client subscribed to, the version
-//! and nonce it last sent; it answers the way a real control plane does:
+//! A sans-IO xDS management server, the one the simulator runs. It never does I/O: the
+//! embedder opens and closes its streams, feeds it the requests a stream carries and
+//! delivers the responses it returns. It holds a versioned SotW snapshot per type of
+//! [`SimResource`]s (built with [`crate::resources`]) and, per ADS stream, what the
+//! client subscribed to, the version and nonce it last sent; it answers the way a real
+//! control plane does:
 //! - each type gets the subscribed resources that exist (every one of them: LDS and
 //!   CDS responses are complete), TP3 `resource_errors` for names in error, and the
 //!   invalid resources it has been told to serve;
@@ -19,18 +22,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use prost::Message;
 use xds_proto_core::Code;
-use xds_proto_core::pb::envoy::service::discovery::v3::{
-    DiscoveryRequest, DiscoveryResponse, Resource,
-};
+use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::type_url::RESOURCE_WRAPPER;
+use xds_proto_core::resource::type_url::{
+    CLUSTER as CDS, CLUSTER_LOAD_ASSIGNMENT as EDS, LISTENER as LDS, ROUTE_CONFIGURATION as RDS,
+};
 
-use super::rng::SimRng;
-use crate::{CDS, EDS, LDS, RDS, fixtures};
+use crate::resources::{self, resource_error, wrap_resource};
 
-/// The types the simulator serves, in a fixed order.
+/// The types the server serves, in a fixed order.
 pub const SIM_TYPES: [&str; 4] = [LDS, RDS, CDS, EDS];
 
 /// Whether a SotW response of this type must list every subscribed resource.
@@ -52,19 +53,19 @@ pub enum SimResource {
 /// The valid resource of `type_url` named `name` in generation `generation`.
 pub fn valid_any(type_url: &str, name: &str, generation: u32) -> Any {
     match type_url {
-        LDS => fixtures::listener(name, &format!("route-{generation}")),
-        RDS => fixtures::route_config(name, &format!("cluster-{generation}")),
-        CDS => fixtures::cluster_v(name, 100 + generation),
-        EDS => fixtures::endpoints(name, &[10_000 + generation]),
-        other => panic!("the simulator does not serve {other}"),
+        LDS => resources::listener(name, &format!("route-{generation}")),
+        RDS => resources::route_config(name, &format!("cluster-{generation}")),
+        CDS => resources::cluster_with(name, 100 + generation),
+        EDS => resources::endpoints(name, &[10_000 + generation]),
+        other => panic!("the server does not serve {other}"),
     }
 }
 
 /// A resource named `name` that fails validation, for the types that have one.
 pub fn invalid_any(type_url: &str, name: &str) -> Option<Any> {
     match type_url {
-        LDS => Some(fixtures::invalid_listener(name)),
-        CDS => Some(fixtures::invalid_cluster(name)),
+        LDS => Some(resources::invalid_listener(name)),
+        CDS => Some(resources::invalid_cluster(name)),
         _ => None,
     }
 }
@@ -282,8 +283,13 @@ impl ManagementServer {
     }
 
     /// Answers every type of the stream that is due, one response each, in an order
-    /// drawn from `rng` (responses of different types may be reordered).
-    pub fn flush(&mut self, key: u64, rng: &mut SimRng) -> Vec<DiscoveryResponse> {
+    /// shuffled by `pick` (responses of different types may be reordered): `pick(n)`
+    /// returns an index below `n`, e.g. drawn from a seeded random stream.
+    pub fn flush(
+        &mut self,
+        key: u64,
+        mut pick: impl FnMut(usize) -> usize,
+    ) -> Vec<DiscoveryResponse> {
         let Some(stream) = self.streams.get(&key) else {
             return Vec::new();
         };
@@ -294,7 +300,7 @@ impl ManagementServer {
             .map(|(t, _)| *t)
             .collect();
         for i in (1..due.len()).rev() {
-            due.swap(i, rng.index(i + 1));
+            due.swap(i, pick(i + 1));
         }
         let mut out = Vec::new();
         for t in due {
@@ -337,17 +343,15 @@ impl ManagementServer {
                 Some(SimResource::Valid(g)) => {
                     let any = valid_any(t, &name, *g);
                     resources.push(if self.policy.wrap_resources {
-                        wrap(&name, any)
+                        wrap_resource(&name, any)
                     } else {
                         any
                     });
                 }
                 Some(SimResource::Invalid) => resources.extend(invalid_any(t, &name)),
-                Some(SimResource::Error(code)) => resource_errors.push(crate::resource_error(
-                    &name,
-                    *code,
-                    "simulated server error",
-                )),
+                Some(SimResource::Error(code)) => {
+                    resource_errors.push(resource_error(&name, *code, "simulated server error"))
+                }
                 None => {}
             }
         }
@@ -402,18 +406,6 @@ impl ManagementServer {
     }
 }
 
-fn wrap(name: &str, any: Any) -> Any {
-    let wrapper = Resource {
-        name: name.to_string(),
-        resource: Some(any),
-        ..Default::default()
-    };
-    Any {
-        type_url: RESOURCE_WRAPPER.to_string(),
-        value: wrapper.encode_to_vec().into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,13 +422,14 @@ mod tests {
 
     #[test]
     fn answers_changes_once_per_burst_and_not_a_nack_of_the_same_version() {
-        let mut rng = SimRng::new(1);
+        // Responses of one type are never reordered: any shuffle will do.
+        let first = |_: usize| 0;
         let mut s = ManagementServer::new("x", ServerPolicy::default());
         s.set(CDS, "c1", SimResource::Valid(1));
         s.open_stream(7);
         assert!(s.on_request(7, &request(CDS, &["c1"], "", "")));
         assert!(s.on_request(7, &request(CDS, &["c1", "c2"], "", "")));
-        let out = s.flush(7, &mut rng);
+        let out = s.flush(7, first);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].resources.len(), 1);
         assert_eq!(out[0].version_info, "1.1");
@@ -444,7 +437,7 @@ mod tests {
         assert!(!s.on_request(7, &request(CDS, &["c1", "c2"], "", &out[0].nonce)));
         // A snapshot change is.
         s.set(CDS, "c2", SimResource::Error(Code::NOT_FOUND));
-        let out = s.flush(7, &mut rng);
+        let out = s.flush(7, first);
         assert_eq!((out.len(), out[0].resource_errors.len()), (1, 1));
         // A restart forgets the stream and the nonces.
         s.restart();
@@ -452,6 +445,6 @@ mod tests {
         s.start();
         s.open_stream(8);
         assert!(s.on_request(8, &request(CDS, &["c1"], "1.2", "")));
-        assert_eq!(s.flush(8, &mut rng)[0].nonce, "1");
+        assert_eq!(s.flush(8, first)[0].nonce, "1");
     }
 }

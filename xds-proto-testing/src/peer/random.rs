@@ -1,0 +1,75 @@
+//! Random sources for the config selector: a seeded generator for many draws and a
+//! scripted one for exact picks.
+
+use std::collections::VecDeque;
+
+use xds_proto_core::selector::RngCore;
+
+/// SplitMix64: a tiny seeded generator for tests that need many draws.
+#[derive(Clone, Debug)]
+pub struct SplitMix(pub u64);
+
+impl RngCore for SplitMix {
+    fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        for chunk in dest.chunks_mut(8) {
+            let bytes = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+    }
+}
+
+/// A random source that returns scripted `u32` values, then panics; it counts draws.
+#[derive(Clone, Debug, Default)]
+pub struct Scripted {
+    values: VecDeque<u32>,
+    /// How many values were drawn.
+    pub drawn: usize,
+}
+
+impl Scripted {
+    /// A source returning `values` in order.
+    pub fn new(values: &[u32]) -> Scripted {
+        Scripted {
+            values: values.iter().copied().collect(),
+            drawn: 0,
+        }
+    }
+
+    /// The `u32` that makes `runtime_fraction` draw `per_million` exactly (the selector
+    /// maps `x` to `x * 1_000_000 >> 32`).
+    pub fn fraction_value(per_million: u32) -> u32 {
+        let v = (u64::from(per_million) << 32).div_ceil(1_000_000);
+        u32::try_from(v).unwrap_or(u32::MAX)
+    }
+}
+
+impl RngCore for Scripted {
+    fn next_u32(&mut self) -> u32 {
+        self.drawn += 1;
+        self.values
+            .pop_front()
+            .expect("the test scripted no more random values")
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        u64::from(self.next_u32())
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        for b in dest {
+            *b = self.next_u32() as u8;
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Cluster builders: EDS clusters (with a circuit breaker that versions them, an
+//! explicit service name, or padding for message-size tests), aggregate and LOGICAL_DNS
+//! clusters, and a cluster that fails validation.
+
+use xds_proto_core::pb::envoy::config::cluster::v3 as cluster;
+use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint;
+use xds_proto_core::pb::envoy::extensions::clusters::aggregate::v3 as aggregate;
+use xds_proto_core::pb::google::protobuf::{Any, UInt32Value};
+use xds_proto_core::resource::type_url;
+
+use super::{AGGREGATE_CLUSTER_TYPE_URL, ads_config_source, any, socket_address};
+
+/// An EDS cluster fetching its endpoints over ADS, round robin, with a default-priority
+/// circuit breaker of `max_requests` (different values give different versions of one
+/// cluster, and the client reports the value). Its EDS service name is its own name
+/// when the name is `xdstp:`, unset otherwise.
+///
+/// gRPC requires of an EDS cluster: `type` EDS, an `eds_cluster_config` whose
+/// `eds_config` is `ads` or `self`, and a `service_name` when the cluster name starts
+/// with `xdstp:`; an LB policy it supports (`ROUND_ROBIN`, `RING_HASH` with XX_HASH,
+/// `LEAST_REQUEST`, or a `load_balancing_policy` list holding one); `lrs_server`, when
+/// set, must be `self`; a `transport_socket`, when set, must hold an
+/// `UpstreamTlsContext`.
+pub fn cluster_msg(name: &str, max_requests: u32) -> cluster::Cluster {
+    cluster::Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
+            eds_config: Some(ads_config_source()),
+            service_name: if name.starts_with("xdstp:") {
+                name.to_string()
+            } else {
+                String::new()
+            },
+        }),
+        lb_policy: cluster::cluster::LbPolicy::RoundRobin as i32,
+        circuit_breakers: Some(cluster::CircuitBreakers {
+            thresholds: vec![cluster::circuit_breakers::Thresholds {
+                max_requests: Some(UInt32Value {
+                    value: max_requests,
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// [`cluster_msg`] with the given max requests, as an `Any`.
+pub fn cluster_with(name: &str, max_requests: u32) -> Any {
+    any(type_url::CLUSTER, &cluster_msg(name, max_requests))
+}
+
+/// [`cluster_msg`] with 1024 max requests, as an `Any`.
+pub fn cluster(name: &str) -> Any {
+    cluster_with(name, 1024)
+}
+
+/// An EDS cluster ([`cluster_msg`], 1024 max requests) with the EDS service name
+/// `service_name` when given, and none otherwise (which gRPC rejects for an `xdstp:`
+/// cluster name).
+pub fn eds_cluster(name: &str, service_name: Option<&str>) -> Any {
+    let mut c = cluster_msg(name, 1024);
+    if let Some(eds) = &mut c.eds_cluster_config {
+        eds.service_name = service_name.unwrap_or_default().to_string();
+    }
+    any(type_url::CLUSTER, &c)
+}
+
+/// [`cluster`] padded to about `pad_bytes` more bytes with a long `alt_stat_name`,
+/// which clients ignore, for message-size tests.
+pub fn padded_cluster(name: &str, pad_bytes: usize) -> Any {
+    let mut c = cluster_msg(name, 1024);
+    c.alt_stat_name = "x".repeat(pad_bytes);
+    any(type_url::CLUSTER, &c)
+}
+
+/// A cluster that fails validation: [`cluster_msg`] with discovery type STATIC, which
+/// gRPC does not accept in CDS.
+pub fn invalid_cluster(name: &str) -> Any {
+    let mut c = cluster_msg(name, 1024);
+    c.cluster_discovery_type = Some(cluster::cluster::ClusterDiscoveryType::Type(
+        cluster::cluster::DiscoveryType::Static as i32,
+    ));
+    any(type_url::CLUSTER, &c)
+}
+
+/// An aggregate cluster (A37) over `children`, in priority order. gRPC requires a
+/// `cluster_type` whose `typed_config` is an [`AGGREGATE_CLUSTER_TYPE_URL`] config with
+/// a non-empty cluster list; the depth of nested aggregates is limited.
+pub fn aggregate_cluster(name: &str, children: &[&str]) -> Any {
+    let config = aggregate::ClusterConfig {
+        clusters: children.iter().map(|c| c.to_string()).collect(),
+    };
+    let c = cluster::Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::ClusterType(
+            cluster::cluster::CustomClusterType {
+                name: "envoy.clusters.aggregate".to_string(),
+                typed_config: Some(any(AGGREGATE_CLUSTER_TYPE_URL, &config)),
+            },
+        )),
+        ..Default::default()
+    };
+    any(type_url::CLUSTER, &c)
+}
+
+/// A LOGICAL_DNS cluster for `host:port`. gRPC requires a `load_assignment` with
+/// exactly one locality holding exactly one endpoint, whose socket address has a
+/// non-empty host, no `resolver_name` and a `port_value` from 1 to 65535.
+pub fn logical_dns_cluster(name: &str, host: &str, port: u32) -> Any {
+    let c = cluster::Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::LogicalDns as i32,
+        )),
+        load_assignment: Some(endpoint::ClusterLoadAssignment {
+            cluster_name: name.to_string(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: vec![endpoint::LbEndpoint {
+                    host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+                        endpoint::Endpoint {
+                            address: Some(socket_address(host, port)),
+                            ..Default::default()
+                        },
+                    )),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    any(type_url::CLUSTER, &c)
+}

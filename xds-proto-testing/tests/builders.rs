@@ -1,0 +1,289 @@
+//! Every builder produces what its documentation promises, as the core's decoders see
+//! it: valid resources decode to the intended values, invalid ones to an error that
+//! names them.
+
+use std::time::Duration;
+
+use prost::Message;
+use xds_proto_core::pb::google::protobuf::Any;
+use xds_proto_core::resource::{
+    ClusterType, HealthStatus, ListenerKind, RouteSource, cluster, endpoint, listener, route,
+    type_url,
+};
+use xds_proto_core::{Code, DecodeError};
+use xds_proto_testing::resources::{self, Host, Locality, PrefixRoute, RouteTarget, mesh};
+
+fn decode_listener(any: &Any) -> Result<listener::ListenerResource, DecodeError> {
+    assert_eq!(any.type_url, type_url::LISTENER);
+    listener::decode(&any.value).map(|(_, l)| l)
+}
+
+fn decode_cluster(any: &Any) -> Result<cluster::ClusterResource, DecodeError> {
+    assert_eq!(any.type_url, type_url::CLUSTER);
+    cluster::decode(&any.value).map(|(_, c)| c)
+}
+
+fn decode_endpoints(any: &Any) -> endpoint::EndpointsResource {
+    assert_eq!(any.type_url, type_url::CLUSTER_LOAD_ASSIGNMENT);
+    endpoint::decode(&any.value).expect("valid endpoints").1
+}
+
+fn client_hcm(any: &Any) -> listener::HttpConnectionManager {
+    match decode_listener(any).expect("valid listener").kind {
+        ListenerKind::Client(hcm) => hcm,
+        other => panic!("expected a client listener, got {other:?}"),
+    }
+}
+
+#[test]
+fn listeners_decode_with_their_routes_and_the_router_last() {
+    let hcm = client_hcm(&resources::listener("l", "rc"));
+    assert_eq!(hcm.route_config, RouteSource::Rds("rc".into()));
+    assert_eq!(hcm.http_filters.len(), 1);
+    assert_eq!(hcm.max_stream_duration, None);
+
+    let hcm = client_hcm(&resources::listener_rds(
+        "l",
+        "rc",
+        Some(Duration::from_secs(3)),
+    ));
+    assert_eq!(hcm.route_config, RouteSource::Rds("rc".into()));
+    assert_eq!(hcm.max_stream_duration, Some(Duration::from_secs(3)));
+
+    let rc = resources::routes_config(
+        "inline",
+        vec![resources::to_cluster(resources::prefix("/"), "c")],
+    );
+    let hcm = client_hcm(&resources::listener_inline("l", rc, None));
+    match hcm.route_config {
+        RouteSource::Inline(rc) => assert_eq!(rc.name, "inline"),
+        other => panic!("expected inline routes, got {other:?}"),
+    }
+
+    match decode_listener(&resources::server_listener("s"))
+        .unwrap()
+        .kind
+    {
+        ListenerKind::Server { address, port, .. } => {
+            assert_eq!((address.as_str(), port), ("0.0.0.0", 8080))
+        }
+        other => panic!("expected a server listener, got {other:?}"),
+    }
+    let e = decode_listener(&resources::invalid_listener("bad")).unwrap_err();
+    assert_eq!(e.name.as_deref(), Some("bad"));
+}
+
+#[test]
+fn route_configurations_keep_prefixes_weights_and_vhost_names() {
+    let rc = resources::route_config_msg("rc", "c");
+    assert_eq!(rc.virtual_hosts[0].name, "rc-vhost");
+    assert_eq!(rc.virtual_hosts[0].domains, ["*"]);
+    let decoded = resources::decode_rc(&rc).expect("valid route configuration");
+    assert_eq!(decoded.virtual_hosts[0].routes.len(), 1);
+
+    let routes = [
+        PrefixRoute {
+            prefix: "/api".into(),
+            target: RouteTarget::Weighted(vec![("v1".into(), 90), ("v2".into(), 10)]),
+        },
+        PrefixRoute {
+            prefix: "/".into(),
+            target: RouteTarget::Cluster("web".into()),
+        },
+    ];
+    let any = resources::route_config_with("demo", &["demo.example.com"], &routes);
+    assert_eq!(any.type_url, type_url::ROUTE_CONFIGURATION);
+    let (name, decoded) = route::decode(&any.value).expect("valid route configuration");
+    assert_eq!(name, "demo");
+    assert_eq!(decoded.virtual_hosts[0].routes.len(), 2);
+
+    // A weighted split summing to zero is a NACK.
+    let zero = resources::routes_config(
+        "z",
+        vec![resources::forward(
+            resources::prefix("/"),
+            resources::weighted_action(&[("a", 0)]),
+        )],
+    );
+    let e = resources::decode_rc(&zero).unwrap_err();
+    assert!(e.contains("sum of weights is 0"), "{e}");
+}
+
+#[test]
+fn clusters_decode_to_their_discovery_type() {
+    let c = decode_cluster(&resources::cluster_with("c", 77)).unwrap();
+    assert_eq!(c.cluster_type, ClusterType::Eds { service_name: None });
+    assert_eq!(c.max_requests, 77);
+    assert_eq!(
+        decode_cluster(&resources::cluster("c"))
+            .unwrap()
+            .max_requests,
+        1024
+    );
+
+    // An xdstp: cluster gets its own name as EDS service name, which gRPC requires.
+    let xdstp = "xdstp://authority/envoy.config.cluster.v3.Cluster/c";
+    let c = decode_cluster(&resources::cluster(xdstp)).unwrap();
+    assert_eq!(
+        c.cluster_type,
+        ClusterType::Eds {
+            service_name: Some(xdstp.into())
+        }
+    );
+    let e = decode_cluster(&resources::eds_cluster(xdstp, None)).unwrap_err();
+    assert!(e.message.contains("service_name"), "{e:?}");
+    let c = decode_cluster(&resources::eds_cluster("c", Some("svc"))).unwrap();
+    assert_eq!(
+        c.cluster_type,
+        ClusterType::Eds {
+            service_name: Some("svc".into())
+        }
+    );
+
+    let c = decode_cluster(&resources::aggregate_cluster("agg", &["a", "b"])).unwrap();
+    assert_eq!(
+        c.cluster_type,
+        ClusterType::Aggregate {
+            clusters: vec!["a".into(), "b".into()]
+        }
+    );
+    let c = decode_cluster(&resources::logical_dns_cluster("dns", "example.com", 443)).unwrap();
+    assert_eq!(
+        c.cluster_type,
+        ClusterType::LogicalDns {
+            host: "example.com".into(),
+            port: 443
+        }
+    );
+
+    let padded = resources::padded_cluster("c", 10_000);
+    assert!(padded.value.len() > 10_000);
+    decode_cluster(&padded).unwrap();
+
+    let e = decode_cluster(&resources::invalid_cluster("bad")).unwrap_err();
+    assert_eq!(e.name.as_deref(), Some("bad"));
+    assert!(e.message.contains("STATIC"), "{e:?}");
+}
+
+#[test]
+fn endpoints_keep_localities_priorities_health_and_weights() {
+    let e = decode_endpoints(&resources::endpoints("c", &[8080, 8081]));
+    assert_eq!(e.cluster_name, "c");
+    let locality = &e.priorities[0].localities[0];
+    assert_eq!(
+        (locality.locality.region.as_str(), locality.weight),
+        ("r1", 1)
+    );
+    let ports: Vec<u16> = locality
+        .endpoints
+        .iter()
+        .map(|e| e.address.port())
+        .collect();
+    assert_eq!(ports, [8080, 8081]);
+
+    let backup = Locality {
+        priority: 1,
+        weight: 3,
+        sub_zone: "rack".into(),
+        ..Locality::new(
+            "r2",
+            "z2",
+            vec![Host {
+                address: "10.0.0.2".into(),
+                port: 9090,
+                health: xds_proto_core::pb::envoy::config::core::v3::HealthStatus::Draining,
+                weight: Some(5),
+            }],
+        )
+    };
+    let e = decode_endpoints(&resources::endpoints_with(
+        "c",
+        &[Locality::new("r1", "z1", vec![Host::healthy(80)]), backup],
+    ));
+    assert_eq!(e.priorities.len(), 2);
+    let backup = &e.priorities[1].localities[0];
+    assert_eq!(
+        (backup.weight, backup.locality.sub_zone.as_str()),
+        (3, "rack")
+    );
+    assert_eq!(backup.endpoints[0].health_status, HealthStatus::Draining);
+    assert_eq!(backup.endpoints[0].weight, 5);
+}
+
+#[test]
+fn the_mesh_is_valid_and_its_full_cluster_extends_the_lean_one() {
+    let n = 3;
+    let hcm = client_hcm(&mesh::listener(n));
+    match hcm.route_config {
+        RouteSource::Inline(rc) => assert_eq!(rc.virtual_hosts.len(), n),
+        other => panic!("expected inline routes, got {other:?}"),
+    }
+    let lean = decode_cluster(&mesh::service_cluster(1)).unwrap();
+    let name = mesh::cluster_name(1);
+    assert_eq!(
+        lean.cluster_type,
+        ClusterType::Eds {
+            service_name: Some(name.clone())
+        }
+    );
+    assert!(lean.tls.is_some());
+    let full = resources::any(type_url::CLUSTER, &mesh::istio_cluster(1, 7));
+    let full_decoded = decode_cluster(&full).unwrap();
+    assert_eq!(full_decoded.max_requests, 1024 + 7);
+    assert!(full.value.len() > mesh::service_cluster(1).value.len());
+
+    let e = decode_endpoints(&mesh::service_endpoints(1));
+    assert_eq!(e.cluster_name, name);
+    let count: usize = e.priorities[0]
+        .localities
+        .iter()
+        .map(|l| l.endpoints.len())
+        .sum();
+    assert_eq!(count, mesh::ENDPOINTS_PER_SET);
+
+    let big = mesh::istio_endpoints("big", 1000, 1);
+    assert_eq!(big.endpoints.len(), 40);
+    let e = decode_endpoints(&resources::any(type_url::CLUSTER_LOAD_ASSIGNMENT, &big));
+    assert!(
+        e.priorities[0]
+            .localities
+            .iter()
+            .all(|l| l.endpoints.len() == 25 && l.weight == 100)
+    );
+    assert_eq!(
+        e.priorities[0].localities[0].endpoints[0].address.port(),
+        8081
+    );
+}
+
+#[test]
+fn wrapper_errors_and_names() {
+    let wrapped = resources::wrap_resource("c", resources::cluster("c"));
+    assert_eq!(wrapped.type_url, type_url::RESOURCE_WRAPPER);
+    let inner =
+        xds_proto_core::pb::envoy::service::discovery::v3::Resource::decode(wrapped.value.clone())
+            .unwrap();
+    assert_eq!(inner.resource, Some(resources::cluster("c")));
+
+    let error = resources::resource_error("c", Code::NOT_FOUND, "gone");
+    assert_eq!(error.resource_name.unwrap().name, "c");
+    assert_eq!(error.error_detail.unwrap().code, Code::NOT_FOUND.0);
+
+    assert_eq!(
+        resources::resource_name(&resources::listener("l", "r")).as_deref(),
+        Some("l")
+    );
+    assert_eq!(
+        resources::resource_name(&resources::route_config("r", "c")).as_deref(),
+        Some("r")
+    );
+    assert_eq!(
+        resources::resource_name(&resources::cluster("c")).as_deref(),
+        Some("c")
+    );
+    assert_eq!(
+        resources::resource_name(&resources::endpoints("e", &[1])).as_deref(),
+        Some("e")
+    );
+    assert_eq!(resources::resource_name(&wrapped), None);
+}
