@@ -112,18 +112,16 @@ pub(crate) async fn run_script(server: Arc<LoopbackServer>) {
     let mut eds = demo::all_endpoints(2);
     eds[1] = resources::endpoints_with(
         "api-v1",
-        &[resources::Locality {
-            region: "eu-west".into(),
-            zone: "eu-west-1a".into(),
-            weight: 1,
-            priority: 0,
-            hosts: vec![resources::Host {
+        &[resources::Locality::new(
+            "eu-west",
+            "eu-west-1a",
+            vec![resources::Host {
                 address: "10.0.3.10".into(),
                 port: 9090,
                 health: HealthStatus::Healthy,
                 weight: Some(1),
             }],
-        }],
+        )],
     );
     server.set_resources(EDS, "3", eds);
 }

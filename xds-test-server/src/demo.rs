@@ -58,63 +58,42 @@ pub fn clusters() -> Vec<Any> {
 /// The endpoints of one cluster; `generation` 2 scales web up and marks one of its
 /// endpoints unhealthy.
 pub fn endpoints(cluster: &str, generation: u32) -> Any {
+    let web_1b = || {
+        Locality::new(
+            "eu-west",
+            "eu-west-1b",
+            vec![host("10.0.2.10", 8080, HealthStatus::Healthy, 10)],
+        )
+    };
+    let web_1a = |second: HealthStatus, scaled: bool| {
+        let mut hosts = vec![
+            host("10.0.1.10", 8080, HealthStatus::Healthy, 10),
+            host("10.0.1.11", 8080, second, 10),
+        ];
+        if scaled {
+            hosts.push(host("10.0.1.12", 8080, HealthStatus::Healthy, 20));
+        }
+        Locality {
+            weight: 2,
+            ..Locality::new("eu-west", "eu-west-1a", hosts)
+        }
+    };
     let localities = match cluster {
-        "web" if generation >= 2 => vec![
-            Locality {
-                region: "eu-west".into(),
-                zone: "eu-west-1a".into(),
-                weight: 2,
-                priority: 0,
-                hosts: vec![
-                    host("10.0.1.10", 8080, HealthStatus::Healthy, 10),
-                    host("10.0.1.11", 8080, HealthStatus::Unhealthy, 10),
-                    host("10.0.1.12", 8080, HealthStatus::Healthy, 20),
-                ],
-            },
-            Locality {
-                region: "eu-west".into(),
-                zone: "eu-west-1b".into(),
-                weight: 1,
-                priority: 0,
-                hosts: vec![host("10.0.2.10", 8080, HealthStatus::Healthy, 10)],
-            },
-        ],
-        "web" => vec![
-            Locality {
-                region: "eu-west".into(),
-                zone: "eu-west-1a".into(),
-                weight: 2,
-                priority: 0,
-                hosts: vec![
-                    host("10.0.1.10", 8080, HealthStatus::Healthy, 10),
-                    host("10.0.1.11", 8080, HealthStatus::Healthy, 10),
-                ],
-            },
-            Locality {
-                region: "eu-west".into(),
-                zone: "eu-west-1b".into(),
-                weight: 1,
-                priority: 0,
-                hosts: vec![host("10.0.2.10", 8080, HealthStatus::Healthy, 10)],
-            },
-        ],
-        "api-v1" => vec![Locality {
-            region: "eu-west".into(),
-            zone: "eu-west-1a".into(),
-            weight: 1,
-            priority: 0,
-            hosts: vec![
+        "web" if generation >= 2 => vec![web_1a(HealthStatus::Unhealthy, true), web_1b()],
+        "web" => vec![web_1a(HealthStatus::Healthy, false), web_1b()],
+        "api-v1" => vec![Locality::new(
+            "eu-west",
+            "eu-west-1a",
+            vec![
                 host("10.0.3.10", 9090, HealthStatus::Healthy, 1),
                 host("10.0.3.11", 9090, HealthStatus::Draining, 1),
             ],
-        }],
-        _ => vec![Locality {
-            region: "eu-west".into(),
-            zone: "eu-west-1b".into(),
-            weight: 1,
-            priority: 0,
-            hosts: vec![host("10.0.4.10", 9090, HealthStatus::Healthy, 1)],
-        }],
+        )],
+        _ => vec![Locality::new(
+            "eu-west",
+            "eu-west-1b",
+            vec![host("10.0.4.10", 9090, HealthStatus::Healthy, 1)],
+        )],
     };
     resources::endpoints_with(cluster, &localities)
 }
