@@ -6,7 +6,8 @@
 //! - B: A + a full prost decode of every resource into its complete Envoy message;
 //! - C: A + compare each resource's bytes with a cached copy.
 //!
-//! Workloads (fixtures generated here, shaped like an Istio mesh):
+//! Workloads (fixtures from the testing kit's `resources::mesh`, shaped like an Istio
+//! mesh):
 //! - W1: CDS SotW, 10,000 clusters (~700 bytes each: TLS transport socket, circuit
 //!   breakers, metadata), first delivery to 10,000 watchers: decode, validate, cache,
 //!   ACK, notify;
@@ -31,16 +32,17 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use prost::Message;
 use xds_proto_core::pb::envoy::config::cluster::v3 as cluster;
-use xds_proto_core::pb::envoy::config::core::v3 as core;
 use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint;
-use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use xds_proto_core::pb::envoy::service::discovery::v3::DiscoveryResponse;
-use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
+use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::type_url;
 use xds_proto_core::{
     Action, Bootstrap, Cds, Code, Eds, Event, Instant, Status, StreamId, XdsClient,
     XdsClientConfig, XdsResourceType,
 };
+use xds_proto_testing::peer;
+use xds_proto_testing::resources::any;
+use xds_proto_testing::resources::mesh::{cluster_name, istio_cluster, istio_endpoints};
 
 struct CountingAlloc;
 
@@ -72,197 +74,10 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 const BOOTSTRAP: &str = r#"{"xds_servers": [{"server_uri": "istiod:15010", "channel_creds": [{"type": "insecure"}]}],
   "node": {"id": "sidecar~10.0.0.1~bench.default~default.svc.cluster.local"}}"#;
 
-fn ads() -> core::ConfigSource {
-    core::ConfigSource {
-        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
-            core::AggregatedConfigSource {},
-        )),
-        resource_api_version: core::ApiVersion::V3 as i32,
-        ..Default::default()
-    }
-}
-
-fn string_value(s: &str) -> pbuf::Value {
-    pbuf::Value {
-        kind: Some(pbuf::value::Kind::StringValue(s.to_string())),
-    }
-}
-
-fn cluster_name(i: usize) -> String {
-    format!("outbound|8080||svc-{i}.ns-{}.svc.cluster.local", i % 50)
-}
-
-/// An Istio-like outbound cluster (about 700 bytes): EDS over ADS, mTLS transport
-/// socket, circuit breakers, outlier detection, TCP keepalive, stat name and Istio
-/// metadata. `generation` changes its max_requests.
-fn istio_cluster(i: usize, generation: u32) -> cluster::Cluster {
-    let name = cluster_name(i);
-    let host = format!("svc-{i}.ns-{}.svc.cluster.local", i % 50);
-    let upstream_tls = tls::UpstreamTlsContext {
-        common_tls_context: Some(tls::CommonTlsContext {
-            alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
-            tls_certificate_sds_secret_configs: vec![tls::SdsSecretConfig {
-                name: "default".into(),
-                sds_config: Some(ads()),
-            }],
-            ..Default::default()
-        }),
-        sni: format!("outbound_.8080_._.{host}"),
-        ..Default::default()
-    };
-    let mut metadata_fields = std::collections::HashMap::new();
-    metadata_fields.insert(
-        "default_original_port".to_string(),
-        pbuf::Value {
-            kind: Some(pbuf::value::Kind::NumberValue(8080.0)),
-        },
-    );
-    metadata_fields.insert(
-        "services".to_string(),
-        pbuf::Value {
-            kind: Some(pbuf::value::Kind::ListValue(pbuf::ListValue {
-                values: vec![pbuf::Value {
-                    kind: Some(pbuf::value::Kind::StructValue(pbuf::Struct {
-                        fields: [
-                            ("host".to_string(), string_value(&host)),
-                            ("name".to_string(), string_value(&format!("svc-{i}"))),
-                            (
-                                "namespace".to_string(),
-                                string_value(&format!("ns-{}", i % 50)),
-                            ),
-                        ]
-                        .into_iter()
-                        .collect(),
-                    })),
-                }],
-            })),
-        },
-    );
-    metadata_fields.insert(
-        "config".to_string(),
-        string_value(&format!(
-            "/apis/networking.istio.io/v1alpha3/namespaces/ns-{}/destination-rule/svc-{i}",
-            i % 50
-        )),
-    );
-    cluster::Cluster {
-        alt_stat_name: format!("{host}_8080"),
-        outlier_detection: Some(cluster::OutlierDetection {
-            consecutive_5xx: Some(pbuf::UInt32Value { value: 5 }),
-            interval: Some(pbuf::Duration { seconds: 10, nanos: 0 }),
-            base_ejection_time: Some(pbuf::Duration { seconds: 30, nanos: 0 }),
-            max_ejection_percent: Some(pbuf::UInt32Value { value: 10 }),
-            ..Default::default()
-        }),
-        upstream_connection_options: Some(cluster::UpstreamConnectionOptions {
-            tcp_keepalive: Some(core::TcpKeepalive {
-                keepalive_time: Some(pbuf::UInt32Value { value: 300 }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        name: name.clone(),
-        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
-            cluster::cluster::DiscoveryType::Eds as i32,
-        )),
-        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig { eds_config: Some(ads()), service_name: name }),
-        connect_timeout: Some(pbuf::Duration { seconds: 10, nanos: 0 }),
-        lb_policy: cluster::cluster::LbPolicy::RoundRobin as i32,
-        circuit_breakers: Some(cluster::CircuitBreakers {
-            thresholds: vec![cluster::circuit_breakers::Thresholds {
-                max_connections: Some(pbuf::UInt32Value { value: u32::MAX }),
-                max_pending_requests: Some(pbuf::UInt32Value { value: u32::MAX }),
-                max_requests: Some(pbuf::UInt32Value { value: 1024 + generation }),
-                max_retries: Some(pbuf::UInt32Value { value: u32::MAX }),
-                track_remaining: true,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        transport_socket: Some(core::TransportSocket {
-            name: "envoy.transport_sockets.tls".into(),
-            config_type: Some(core::transport_socket::ConfigType::TypedConfig(Any {
-                type_url: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext".into(),
-                value: upstream_tls.encode_to_vec().into(),
-            })),
-        }),
-        metadata: Some(core::Metadata {
-            filter_metadata: [("istio".to_string(), pbuf::Struct { fields: metadata_fields })].into_iter().collect(),
-            ..Default::default()
-        }),
-        common_lb_config: Some(cluster::cluster::CommonLbConfig {
-            healthy_panic_threshold: Some(xds_proto_core::pb::envoy::r#type::v3::Percent { value: 0.0 }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn endpoints(name: &str, count: usize, generation: u32) -> endpoint::ClusterLoadAssignment {
-    let per_locality = 25.max(count / 40);
-    let lb_endpoints: Vec<endpoint::LbEndpoint> = (0..count)
-        .map(|j| endpoint::LbEndpoint {
-            host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
-                endpoint::Endpoint {
-                    address: Some(core::Address {
-                        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
-                            address: format!(
-                                "10.{}.{}.{}",
-                                (j >> 16) & 255,
-                                (j >> 8) & 255,
-                                j & 255
-                            ),
-                            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
-                                8080 + generation,
-                            )),
-                            ..Default::default()
-                        })),
-                    }),
-                    ..Default::default()
-                },
-            )),
-            health_status: core::HealthStatus::Healthy as i32,
-            load_balancing_weight: Some(pbuf::UInt32Value { value: 1 }),
-            ..Default::default()
-        })
-        .collect();
-    endpoint::ClusterLoadAssignment {
-        cluster_name: name.to_string(),
-        endpoints: lb_endpoints
-            .chunks(per_locality)
-            .enumerate()
-            .map(|(k, chunk)| endpoint::LocalityLbEndpoints {
-                locality: Some(core::Locality {
-                    region: "us-central1".into(),
-                    zone: format!("us-central1-{}", (b'a' + (k % 3) as u8) as char),
-                    sub_zone: format!("rack-{k}"),
-                }),
-                lb_endpoints: chunk.to_vec(),
-                load_balancing_weight: Some(pbuf::UInt32Value { value: 100 }),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
 fn response(url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> Bytes {
-    DiscoveryResponse {
-        version_info: version.into(),
-        resources,
-        type_url: url.into(),
-        nonce: nonce.into(),
-        ..Default::default()
-    }
-    .encode_to_vec()
-    .into()
-}
-
-fn any_of(url: &str, m: &impl Message) -> Any {
-    Any {
-        type_url: url.into(),
-        value: m.encode_to_vec().into(),
-    }
+    peer::response(url, version, nonce, resources)
+        .encode_to_vec()
+        .into()
 }
 
 /// A client watching `names` of `url`, on a connected stream with the subscription sent.
@@ -431,7 +246,7 @@ fn report_cluster_memory() {
     let n = 1000;
     let names: Vec<String> = (0..n).map(cluster_name).collect();
     let resources: Vec<Any> = (0..n)
-        .map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0)))
+        .map(|i| any(type_url::CLUSTER, &istio_cluster(i, 0)))
         .collect();
     let raw_per_cluster = resources.iter().map(|a| a.value.len()).sum::<usize>() as f64 / n as f64;
     let bytes = response(type_url::CLUSTER, "1", "n1", resources);
@@ -458,14 +273,14 @@ fn bench(c: &mut Criterion) {
     let n = 10_000;
     let names: Vec<String> = (0..n).map(cluster_name).collect();
     let v1: Vec<Any> = (0..n)
-        .map(|i| any_of(type_url::CLUSTER, &istio_cluster(i, 0)))
+        .map(|i| any(type_url::CLUSTER, &istio_cluster(i, 0)))
         .collect();
     let mean = v1.iter().map(|a| a.value.len()).sum::<usize>() / n;
     println!("W1 fixture: {n} clusters, {mean} bytes each on average");
     let cached: Vec<Bytes> = v1.iter().map(|a| a.value.clone()).collect();
     let w1 = response(type_url::CLUSTER, "1", "n1", v1.clone());
     let mut changed_a = v1.clone();
-    changed_a[n / 2] = any_of(type_url::CLUSTER, &istio_cluster(n / 2, 7));
+    changed_a[n / 2] = any(type_url::CLUSTER, &istio_cluster(n / 2, 7));
     let w2a = response(type_url::CLUSTER, "2", "n2", changed_a);
     let w2b = response(type_url::CLUSTER, "3", "n3", v1);
 
@@ -535,7 +350,12 @@ fn bench(c: &mut Criterion) {
     let eds_names: Vec<String> = (0..1000).map(cluster_name).collect();
     let eds: Vec<Any> = eds_names
         .iter()
-        .map(|name| any_of(type_url::CLUSTER_LOAD_ASSIGNMENT, &endpoints(name, 100, 0)))
+        .map(|name| {
+            any(
+                type_url::CLUSTER_LOAD_ASSIGNMENT,
+                &istio_endpoints(name, 100, 0),
+            )
+        })
         .collect();
     let w3 = response(type_url::CLUSTER_LOAD_ASSIGNMENT, "1", "n1", eds);
     let big_name = vec!["big".to_string()];
@@ -543,9 +363,9 @@ fn bench(c: &mut Criterion) {
         type_url::CLUSTER_LOAD_ASSIGNMENT,
         "1",
         "n1",
-        vec![any_of(
+        vec![any(
             type_url::CLUSTER_LOAD_ASSIGNMENT,
-            &endpoints("big", 100_000, 0),
+            &istio_endpoints("big", 100_000, 0),
         )],
     );
     println!(
