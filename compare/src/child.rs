@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::fixtures;
+use xds_proto_testing::resources::mesh;
 
 /// What a child watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +55,10 @@ impl ChildArgs {
     pub fn names(&self) -> (bool, Vec<String>, Vec<String>) {
         match self.mode {
             Mode::Full => {
-                let names: Vec<String> = (0..self.clusters).map(fixtures::cluster_name).collect();
+                let names: Vec<String> = (0..self.clusters).map(mesh::cluster_name).collect();
                 (true, names.clone(), names)
             }
-            Mode::Idle => (false, vec![fixtures::cluster_name(0)], Vec::new()),
+            Mode::Idle => (false, vec![mesh::cluster_name(0)], Vec::new()),
         }
     }
 

@@ -3,9 +3,9 @@
 //!
 //! The parent starts xds-proto's loopback ADS server on 127.0.0.1 serving one listener
 //! (whose inline route table references every cluster), `--clusters` Istio-like
-//! clusters and as many endpoint sets (see [`fixtures`]). For each client it then runs
-//! itself as a child process (`--child ours|xds-client`), so that each client's peak
-//! memory (`VmHWM`) is its own. A child watches the listener, every cluster and every
+//! clusters and as many endpoint sets (the testing kit's `resources::mesh`). For each
+//! client it then runs itself as a child process (`--child ours|xds-client`), so that
+//! each client's peak memory (`VmHWM`) is its own. A child watches the listener, every cluster and every
 //! endpoint set, one task per watcher, and reports the time from the first watch until
 //! every watcher holds its resource. The clients alternate, run after run, and the
 //! parent prints a table: median and minimum time, peak RSS, the RSS of an idle child
@@ -17,7 +17,6 @@
 //! ```
 
 mod child;
-mod fixtures;
 mod ours;
 mod theirs;
 
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 use child::{ChildArgs, Mode};
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::type_url;
+use xds_proto_testing::resources::mesh;
 use xds_test_server::{LoopbackServer, ServerStats};
 
 /// The clients compared, by their command-line names.
@@ -245,16 +245,16 @@ fn total_bytes(resources: &[Any]) -> usize {
 
 fn run_parent(args: &Args) {
     let n = args.clusters;
-    let listener = vec![fixtures::listener(n)];
-    let clusters: Vec<Any> = (0..n).map(fixtures::cluster).collect();
-    let endpoints: Vec<Any> = (0..n).map(fixtures::endpoints).collect();
+    let listener = vec![mesh::listener(n)];
+    let clusters: Vec<Any> = (0..n).map(mesh::service_cluster).collect();
+    let endpoints: Vec<Any> = (0..n).map(mesh::service_endpoints).collect();
     println!(
         "workload: 1 listener ({} virtual hosts inline, {} bytes), {n} clusters ({} bytes each \
          on average), {n} endpoint sets ({} endpoints, {} bytes each on average)",
         n,
         total_bytes(&listener),
         total_bytes(&clusters) / n.max(1),
-        fixtures::ENDPOINTS_PER_SET,
+        mesh::ENDPOINTS_PER_SET,
         total_bytes(&endpoints) / n.max(1),
     );
     println!(

@@ -8,7 +8,7 @@ use xds_adapter_tokio::xds_proto_core::XdsResourceType;
 use xds_adapter_tokio::{Bootstrap, Cds, Client, Eds, Lds, WatchUpdate};
 
 use crate::child::{self, ChildArgs, Progress};
-use crate::fixtures::LISTENER_NAME;
+use xds_proto_testing::resources::mesh::LISTENER_NAME;
 
 /// Watches the workload with one task per watcher, as a data plane's components
 /// would, and reports when every watcher holds its resource.

@@ -32,7 +32,7 @@ use xds_client::{
 };
 
 use crate::child::{self, ChildArgs, Mode, Progress};
-use crate::fixtures::LISTENER_NAME;
+use xds_proto_testing::resources::mesh::LISTENER_NAME;
 
 /// The largest response accepted, in bytes: xds-proto's default. (`xds-client` keeps
 /// tonic's 4 MiB unless told otherwise, and this workload's CDS response is ~7 MB.)
