@@ -10,7 +10,7 @@ use xds_adapter_tokio::xds_proto_core::Code;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::config::core::v3::HealthStatus;
 use xds_adapter_tokio::xds_proto_core::pb::google::protobuf::Any;
 use xds_adapter_tokio::xds_proto_core::resource::type_url;
-use xds_test_server::resources::{self, PrefixRoute, RouteTarget};
+use xds_test_server::resources::{self, PrefixRoute};
 use xds_test_server::{LoopbackServer, demo};
 
 use crate::{START, stamp};
@@ -26,28 +26,10 @@ const EDS: &str = type_url::CLUSTER_LOAD_ASSIGNMENT;
 fn routes(api_v2_weight: u32, legacy: bool) -> Any {
     let mut routes = Vec::new();
     if legacy {
-        routes.push(PrefixRoute {
-            prefix: "/legacy".into(),
-            target: RouteTarget::Cluster("legacy".into()),
-        });
+        routes.push(PrefixRoute::cluster("/legacy", "legacy"));
     }
-    routes.extend([
-        PrefixRoute {
-            prefix: "/beta".into(),
-            target: RouteTarget::Cluster("beta".into()),
-        },
-        PrefixRoute {
-            prefix: "/api".into(),
-            target: RouteTarget::Weighted(vec![
-                ("api-v1".into(), 100 - api_v2_weight),
-                ("api-v2".into(), api_v2_weight),
-            ]),
-        },
-        PrefixRoute {
-            prefix: "/".into(),
-            target: RouteTarget::Cluster("web".into()),
-        },
-    ]);
+    routes.push(PrefixRoute::cluster("/beta", "beta"));
+    routes.extend(demo::routes(api_v2_weight));
     resources::route_config_with(demo::ROUTE_CONFIG, &[demo::LISTENER], &routes)
 }
 

@@ -27,11 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use prost::Message;
-use xds_proto_core::pb::envoy::config::route::v3 as route;
-use xds_proto_core::pb::envoy::r#type::matcher::v3 as matcher;
-use xds_proto_core::resource::route::{RouteConfigResource, decode};
-use xds_proto_core::selector::{ClusterRegistry, ConfigSelector, RngCore, route_matches};
+use xds_proto_core::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use xds_proto_core::resource::route::RouteConfigResource;
+use xds_proto_core::selector::{ClusterRegistry, ConfigSelector, route_matches};
+use xds_proto_testing::peer::SplitMix;
+use xds_proto_testing::resources::{
+    cluster_action, decode_rc, forward, header, path, prefix, regex, routes_config, string_match,
+    weighted_action, with_header,
+};
 
 struct CountingAlloc;
 
@@ -65,146 +68,41 @@ unsafe impl GlobalAlloc for CountingAlloc {
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
-/// SplitMix64, seeded: the caller's random source.
-struct SplitMix(u64);
-
-impl RngCore for SplitMix {
-    fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        for chunk in dest.chunks_mut(8) {
-            let bytes = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
-    }
-}
-
 const SIZES: [usize; 4] = [10, 100, 1_000, 5_000];
 const METADATA: [(&str, &str); 2] = [("x-tenant", "gold"), ("user-agent", "bench/1.0")];
 
-fn route_with(m: route::RouteMatch, action: route::RouteAction) -> route::Route {
-    route::Route {
-        r#match: Some(m),
-        action: Some(route::route::Action::Route(action)),
-        ..Default::default()
-    }
-}
-
-fn matcher_of(spec: route::route_match::PathSpecifier) -> route::RouteMatch {
-    route::RouteMatch {
-        path_specifier: Some(spec),
-        ..Default::default()
-    }
-}
-
-fn to(cluster: String) -> route::RouteAction {
-    route::RouteAction {
-        cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster)),
-        ..Default::default()
-    }
-}
-
-fn weighted() -> route::RouteAction {
-    route::RouteAction {
-        cluster_specifier: Some(route::route_action::ClusterSpecifier::WeightedClusters(
-            route::WeightedCluster {
-                clusters: ["canary", "stable"]
-                    .iter()
-                    .zip([5u32, 95])
-                    .map(|(name, weight)| route::weighted_cluster::ClusterWeight {
-                        name: name.to_string(),
-                        weight: Some(xds_proto_core::pb::google::protobuf::UInt32Value {
-                            value: weight,
-                        }),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            },
-        )),
-        ..Default::default()
-    }
-}
-
 /// `n` routes (the last a catch-all), the 64 `indexed` paths and the 64 `unlisted` ones.
 fn table(n: usize) -> (RouteConfigResource, Vec<String>, Vec<String>) {
-    use route::route_match::PathSpecifier as P;
     let mut routes = Vec::with_capacity(n);
     for i in 0..n - 1 {
         let svc = format!("/pkg.Service{}", i / 8);
+        let method = path(&format!("{svc}/Method{i}"));
+        let cluster_i = cluster_action(&format!("c{}", i % 16));
         let r = match i % 20 {
             // A service prefix (it shadows the later routes of its own service).
-            7 => route_with(
-                matcher_of(P::Prefix(format!("{svc}/"))),
-                to(format!("c{}", i % 16)),
-            ),
+            7 => forward(prefix(&format!("{svc}/")), cluster_i),
             // A header-matched exact route.
             11 => {
-                let mut m = matcher_of(P::Path(format!("{svc}/Method{i}")));
-                m.headers.push(route::HeaderMatcher {
-                    name: "x-tenant".to_string(),
-                    header_match_specifier: Some(
-                        route::header_matcher::HeaderMatchSpecifier::StringMatch(
-                            matcher::StringMatcher {
-                                match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(
-                                    "gold".to_string(),
-                                )),
-                                ignore_case: false,
-                            },
-                        ),
-                    ),
-                    ..Default::default()
-                });
-                route_with(m, to(format!("c{}", i % 16)))
+                let gold = header(
+                    "x-tenant",
+                    string_match(MatchPattern::Exact("gold".to_string()), false),
+                    false,
+                );
+                forward(with_header(method, gold), cluster_i)
             }
             // A weighted split.
-            13 => route_with(matcher_of(P::Path(format!("{svc}/Method{i}"))), weighted()),
+            13 => forward(method, weighted_action(&[("canary", 5), ("stable", 95)])),
             // A regex with a literal service (indexed by it), one in 20 routes up to 1,000.
-            17 if i < 1_000 => route_with(
-                matcher_of(P::SafeRegex(matcher::RegexMatcher {
-                    regex: format!("/pkg\\.Regex{i}/.*"),
-                    ..Default::default()
-                })),
-                to(format!("c{}", i % 16)),
-            ),
+            17 if i < 1_000 => forward(regex(&format!("/pkg\\.Regex{i}/.*")), cluster_i),
             // A regex without a literal start (scanned on every later pick), one per 1,000.
-            19 if i % 1_000 == 999 => route_with(
-                matcher_of(P::SafeRegex(matcher::RegexMatcher {
-                    regex: format!(".*/Debug{i}"),
-                    ..Default::default()
-                })),
-                to(format!("c{}", i % 16)),
-            ),
-            _ => route_with(
-                matcher_of(P::Path(format!("{svc}/Method{i}"))),
-                to(format!("c{}", i % 16)),
-            ),
+            19 if i % 1_000 == 999 => forward(regex(&format!(".*/Debug{i}")), cluster_i),
+            _ => forward(method, cluster_i),
         };
         routes.push(r);
     }
-    routes.push(route_with(
-        matcher_of(P::Prefix(String::new())),
-        to("default".to_string()),
-    ));
-    let rc = route::RouteConfiguration {
-        name: format!("rc-{n}"),
-        virtual_hosts: vec![route::VirtualHost {
-            name: "vh".to_string(),
-            domains: vec!["*".to_string()],
-            routes,
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let (_, decoded) = decode(&rc.encode_to_vec()).expect("valid route configuration");
+    routes.push(forward(prefix(""), cluster_action("default")));
+    let rc = routes_config(&format!("rc-{n}"), routes);
+    let decoded = decode_rc(&rc).expect("valid route configuration");
     // 63 paths spread over the table (exact, header-matched, weighted, prefix-matched)
     // plus one that only the catch-all matches.
     let mut paths: Vec<String> = (0..63)

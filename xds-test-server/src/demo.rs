@@ -5,7 +5,7 @@
 use xds_proto_core::pb::envoy::config::core::v3::HealthStatus;
 use xds_proto_core::pb::google::protobuf::Any;
 
-use crate::resources::{self, Host, Locality, PrefixRoute, RouteTarget};
+use crate::resources::{self, Host, Locality, PrefixRoute};
 
 /// The listener the demo client follows.
 pub const LISTENER: &str = "demo.example.com";
@@ -30,23 +30,23 @@ pub fn listener() -> Any {
 
 /// The demo's routes: `/api` split between api-v1 and api-v2 by `api_v2_weight`
 /// (out of 100), and everything else to web.
+pub fn routes(api_v2_weight: u32) -> Vec<PrefixRoute> {
+    vec![
+        PrefixRoute::weighted(
+            "/api",
+            &[("api-v1", 100 - api_v2_weight), ("api-v2", api_v2_weight)],
+        ),
+        PrefixRoute::cluster("/", "web"),
+    ]
+}
+
+/// The demo's route configuration: [`routes`] for the listener's domain and its
+/// subdomains.
 pub fn route_config(api_v2_weight: u32) -> Any {
     resources::route_config_with(
         ROUTE_CONFIG,
         &[LISTENER, "*.demo.example.com"],
-        &[
-            PrefixRoute {
-                prefix: "/api".into(),
-                target: RouteTarget::Weighted(vec![
-                    ("api-v1".into(), 100 - api_v2_weight),
-                    ("api-v2".into(), api_v2_weight),
-                ]),
-            },
-            PrefixRoute {
-                prefix: "/".into(),
-                target: RouteTarget::Cluster("web".into()),
-            },
-        ],
+        &routes(api_v2_weight),
     )
 }
 

@@ -125,31 +125,28 @@ impl DmDriver {
         std::mem::take(&mut self.updates)
     }
 
-    /// The one update collected since the last call, which must be a config.
-    pub fn expect_config(&mut self) -> Arc<XdsConfig> {
+    /// The one update collected since the last call.
+    fn take_one_update(&mut self) -> Result<Arc<XdsConfig>, XdsError> {
         let mut updates = self.take_updates();
         assert_eq!(
             updates.len(),
             1,
             "expected exactly one update, got {updates:?}"
         );
-        match updates.pop() {
-            Some(Ok(config)) => config,
-            other => panic!("expected a config, got {other:?}"),
-        }
+        updates.pop().expect("one update")
+    }
+
+    /// The one update collected since the last call, which must be a config.
+    pub fn expect_config(&mut self) -> Arc<XdsConfig> {
+        self.take_one_update()
+            .unwrap_or_else(|e| panic!("expected a config, got {e:?}"))
     }
 
     /// The one update collected since the last call, which must be an error.
     pub fn expect_error(&mut self) -> XdsError {
-        let mut updates = self.take_updates();
-        assert_eq!(
-            updates.len(),
-            1,
-            "expected exactly one update, got {updates:?}"
-        );
-        match updates.pop() {
-            Some(Err(e)) => e,
-            other => panic!("expected an error, got {other:?}"),
+        match self.take_one_update() {
+            Ok(config) => panic!("expected an error, got {config:?}"),
+            Err(e) => e,
         }
     }
 

@@ -31,8 +31,8 @@ use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
 use xds_proto_core::resource::type_url;
 
 use super::{
-    Host, Locality, UPSTREAM_TLS_CONTEXT_TYPE_URL, ads_config_source, any, cluster_action, forward,
-    hcm_with, listener_of, load_assignment, prefix, route_config_of, vhost,
+    Host, Locality, UPSTREAM_TLS_CONTEXT_TYPE_URL, ads_config_source, any, cluster_action,
+    cluster_msg, forward, hcm_with, listener_of, load_assignment, prefix, route_config_of, vhost,
 };
 
 /// The name of the mesh's one listener.
@@ -117,26 +117,17 @@ fn mtls_transport_socket(i: usize) -> core::TransportSocket {
     }
 }
 
-/// The outbound cluster of service `i` without the fields gRPC ignores for routing
-/// (see the module docs): EDS over ADS with the cluster's own name as service name,
-/// round robin, a 10 s connect timeout, unlimited circuit breakers but 1024 requests,
-/// the mTLS transport socket, Istio metadata and a zero panic threshold.
+/// The outbound cluster of service `i` without the extras of [`istio_cluster`]: an EDS
+/// cluster ([`cluster_msg`]) with its own name as service name, a 10 s connect timeout,
+/// unlimited circuit breakers but 1024 requests, the mTLS transport socket, Istio
+/// metadata and a zero panic threshold.
 pub fn istio_cluster_lean(i: usize) -> cluster::Cluster {
     let name = cluster_name(i);
-    cluster::Cluster {
-        name: name.clone(),
-        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
-            cluster::cluster::DiscoveryType::Eds as i32,
-        )),
-        eds_cluster_config: Some(cluster::cluster::EdsClusterConfig {
-            eds_config: Some(ads_config_source()),
-            service_name: name,
-        }),
+    let mut c = cluster::Cluster {
         connect_timeout: Some(pbuf::Duration {
             seconds: 10,
             nanos: 0,
         }),
-        lb_policy: cluster::cluster::LbPolicy::RoundRobin as i32,
         circuit_breakers: Some(cluster::CircuitBreakers {
             thresholds: vec![cluster::circuit_breakers::Thresholds {
                 max_connections: Some(pbuf::UInt32Value { value: u32::MAX }),
@@ -164,8 +155,12 @@ pub fn istio_cluster_lean(i: usize) -> cluster::Cluster {
             healthy_panic_threshold: Some(Percent { value: 0.0 }),
             ..Default::default()
         }),
-        ..Default::default()
+        ..cluster_msg(&name, 1024)
+    };
+    if let Some(eds) = &mut c.eds_cluster_config {
+        eds.service_name = name;
     }
+    c
 }
 
 /// [`istio_cluster_lean`] as an `Any`.

@@ -40,11 +40,9 @@ pub use endpoint::*;
 pub use listener::*;
 pub use route::*;
 
-/// The type URL of the HttpConnectionManager, the only `api_listener` gRPC accepts.
-pub const HCM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
-/// The type URL of the router filter, which must end every HTTP filter chain.
-pub const ROUTER_TYPE_URL: &str =
-    "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+pub use xds_proto_core::resource::listener::{
+    HTTP_CONNECTION_MANAGER_TYPE_URL as HCM_TYPE_URL, ROUTER_FILTER_TYPE_URL as ROUTER_TYPE_URL,
+};
 /// The type URL of an aggregate cluster's config (A37).
 pub const AGGREGATE_CLUSTER_TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig";

@@ -285,6 +285,24 @@ pub struct PrefixRoute {
 }
 
 impl PrefixRoute {
+    /// A route sending what starts with `prefix` to `cluster`.
+    pub fn cluster(prefix: &str, cluster: &str) -> PrefixRoute {
+        PrefixRoute {
+            prefix: prefix.to_string(),
+            target: RouteTarget::Cluster(cluster.to_string()),
+        }
+    }
+
+    /// A route splitting what starts with `prefix` over weighted clusters.
+    pub fn weighted(prefix: &str, clusters: &[(&str, u32)]) -> PrefixRoute {
+        PrefixRoute {
+            prefix: prefix.to_string(),
+            target: RouteTarget::Weighted(
+                clusters.iter().map(|(c, w)| (c.to_string(), *w)).collect(),
+            ),
+        }
+    }
+
     /// The route as an Envoy `Route`.
     pub fn to_route(&self) -> route::Route {
         let action = match &self.target {
@@ -322,14 +340,7 @@ pub fn route_config_with(name: &str, domains: &[&str], routes: &[PrefixRoute]) -
 
 /// A route configuration sending every path of every domain (`*`) to `cluster`.
 pub fn route_config_msg(name: &str, cluster: &str) -> route::RouteConfiguration {
-    prefix_routes_config(
-        name,
-        &["*"],
-        &[PrefixRoute {
-            prefix: String::new(),
-            target: RouteTarget::Cluster(cluster.to_string()),
-        }],
-    )
+    prefix_routes_config(name, &["*"], &[PrefixRoute::cluster("", cluster)])
 }
 
 /// [`route_config_msg`] as an `Any`.
