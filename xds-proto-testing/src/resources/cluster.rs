@@ -70,7 +70,7 @@ pub fn eds_cluster(name: &str, service_name: Option<&str>) -> Any {
     any(type_url::CLUSTER, &c)
 }
 
-/// [`cluster`] padded to about `pad_bytes` more bytes with a long `alt_stat_name`,
+/// [`cluster()`] padded to about `pad_bytes` more bytes with a long `alt_stat_name`,
 /// which clients ignore, for message-size tests.
 pub fn padded_cluster(name: &str, pad_bytes: usize) -> Any {
     let mut c = cluster_msg(name, 1024);
