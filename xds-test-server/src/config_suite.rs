@@ -13,8 +13,9 @@ use xds_adapter_common::{Client, ConfigStream, ConfigUpdate, Runtime};
 use xds_proto_core::dependency::{ClusterResolution, XdsConfig};
 use xds_proto_core::resource::route::{ClusterSpecifier, RouteAction};
 use xds_proto_core::resource::{Cds, type_url};
-use xds_proto_core::selector::{RngCore, Selection};
+use xds_proto_core::selector::Selection;
 use xds_proto_core::{Bootstrap, Code, ErrorKind, Status, XdsError};
+use xds_proto_testing::peer::Fixed;
 
 use crate::resources::{PrefixRoute, RouteTarget, cluster, endpoints, listener, route_config_with};
 use crate::suite::{PROMPT, server_saw, within};
@@ -27,22 +28,6 @@ const EDS: &str = type_url::CLUSTER_LOAD_ASSIGNMENT;
 
 const LISTENER: &str = "svc.example.com";
 const ROUTES: &str = "svc-routes";
-
-/// A random source that always draws the same value: 0 picks the first weighted
-/// cluster, `u32::MAX` the last.
-struct Draw(u32);
-
-impl RngCore for Draw {
-    fn next_u32(&mut self) -> u32 {
-        self.0
-    }
-    fn next_u64(&mut self) -> u64 {
-        u64::from(self.0)
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        dest.fill(0);
-    }
-}
 
 const NO_HEADERS: [(&str, &str); 0] = [];
 
@@ -139,7 +124,7 @@ fn api_weights(config: &XdsConfig) -> Option<Vec<(String, u32)>> {
 }
 
 fn pick(update: &ConfigUpdate, path: &str, draw: u32) -> Result<Selection, Status> {
-    update.selector.select(path, &NO_HEADERS, &mut Draw(draw))
+    update.selector.select(path, &NO_HEADERS, &mut Fixed(draw))
 }
 
 fn picked(update: &ConfigUpdate, path: &str, draw: u32) -> String {

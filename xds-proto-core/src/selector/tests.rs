@@ -6,7 +6,10 @@ use super::matchers::{
     contains_ignore_case, ends_with_ignore_case, starts_with_ignore_case, under_fraction,
 };
 use super::route_table::{regex_literal_prefix, service_key};
-use super::*;
+
+// The testing kit's, linked with the core's normal library: only `RngCore` (rand_core's
+// trait) crosses over.
+use xds_proto_testing::peer::Fixed;
 
 #[test]
 fn service_keys() {
@@ -68,18 +71,6 @@ fn ignore_case_helpers() {
 
 #[test]
 fn fraction_draw_bounds() {
-    struct Fixed(u32);
-    impl RngCore for Fixed {
-        fn next_u32(&mut self) -> u32 {
-            self.0
-        }
-        fn next_u64(&mut self) -> u64 {
-            u64::from(self.0)
-        }
-        fn fill_bytes(&mut self, dest: &mut [u8]) {
-            dest.fill(0);
-        }
-    }
     assert!(under_fraction(1, &mut Fixed(0)));
     assert!(!under_fraction(0, &mut Fixed(0)));
     assert!(under_fraction(1_000_000, &mut Fixed(u32::MAX)));

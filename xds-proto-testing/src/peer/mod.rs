@@ -3,8 +3,8 @@
 //! (`expect_start`, `expect_request`, `started`, `sent`, `respond`, `close`, ...) and
 //! asserts the exact requests the client sends ([`Req`]) and the exact notifications
 //! its watchers get. [`DmDriver`] runs a dependency manager the same way against an
-//! automatic server, and [`SplitMix`] and [`Scripted`] are random sources for the
-//! config selector.
+//! automatic server, and [`SplitMix`], [`Scripted`] and [`Fixed`] are random sources
+//! for the config selector.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -22,7 +22,7 @@ mod dependency;
 mod random;
 
 pub use dependency::DmDriver;
-pub use random::{Scripted, SplitMix};
+pub use random::{Fixed, Scripted, SplitMix};
 
 pub use crate::resources::resource_error;
 pub use xds_proto_core::resource::type_url::{

@@ -1,5 +1,5 @@
-//! Random sources for the config selector: a seeded generator for many draws and a
-//! scripted one for exact picks.
+//! Random sources for the config selector: a seeded generator for many draws, a
+//! scripted one for exact picks and a fixed one for the ends of every range.
 
 use std::collections::VecDeque;
 
@@ -71,5 +71,25 @@ impl RngCore for Scripted {
         for b in dest {
             *b = self.next_u32() as u8;
         }
+    }
+}
+
+/// A random source that always draws the same `u32`: 0 picks the first weighted cluster
+/// and passes every non-zero runtime fraction, `u32::MAX` picks the last cluster and
+/// passes only a full fraction. Its bytes are zeros.
+#[derive(Clone, Copy, Debug)]
+pub struct Fixed(pub u32);
+
+impl RngCore for Fixed {
+    fn next_u32(&mut self) -> u32 {
+        self.0
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        u64::from(self.0)
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        dest.fill(0);
     }
 }
