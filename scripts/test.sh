@@ -53,6 +53,9 @@ if [ "$test_status" -ne 0 ] && [ "$f" -eq 0 ]; then
     failed=$((failed + 1))
 fi
 
+# The embedding example runs (its assertions check the listener→endpoints chain).
+gate "example custom_loop" cargo run --quiet -p xds-proto-core --example custom_loop
+
 echo "== fuzz smoke: every target for ${FUZZ_SECONDS}s"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked || { echo "cannot install cargo-fuzz"; failed=$((failed + 1)); }

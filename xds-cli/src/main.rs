@@ -1,3 +1,5 @@
+#![warn(missing_docs)]
+
 //! `xds`: watch xDS resources from a management server and print what arrives.
 //!
 //! ```text

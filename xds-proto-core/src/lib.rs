@@ -14,6 +14,8 @@
 //! 2. drain [`XdsClient::poll_action`] until it returns `None`;
 //! 3. sleep until [`XdsClient::poll_timeout`].
 
+#![warn(missing_docs)]
+
 pub mod backoff;
 pub mod bootstrap;
 pub mod client;
