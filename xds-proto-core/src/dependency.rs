@@ -150,6 +150,55 @@ struct Walk {
 /// [`handle_notification`](Self::handle_notification) (it may watch or cancel through the
 /// client: keep draining the client's actions), and take results from
 /// [`poll_update`](Self::poll_update).
+///
+/// The loop, with the testing kit answering each new subscription at once:
+///
+/// ```
+/// use xds_proto_core::dependency::XdsDependencyManager;
+/// use xds_proto_core::prost::Message;
+/// use xds_proto_core::{Action, Bootstrap, Event, Instant, XdsClient, XdsClientConfig};
+/// use xds_proto_testing::{peer, resources};
+///
+/// let bootstrap = Bootstrap::from_json_str(peer::ONE_SERVER_BOOTSTRAP)?;
+/// let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), 1);
+/// let mut manager = XdsDependencyManager::new("listener", "my-service.example");
+/// manager.start(&mut client)?;
+/// // What the server holds: listener → "routes" → "cluster" → its endpoints.
+/// let served = |type_url: &str, name: &str| match type_url {
+///     peer::LDS => resources::listener(name, "routes"),
+///     peer::RDS => resources::route_config(name, "cluster"),
+///     peer::CDS => resources::cluster(name),
+///     _ => resources::endpoints(name, &[8080]),
+/// };
+/// let now = Instant::ZERO;
+/// let config = loop {
+///     if let Some(update) = manager.poll_update() {
+///         break update?;
+///     }
+///     match client.poll_action().expect("the chain keeps the client busy") {
+///         Action::StartStream { stream, .. } => {
+///             client.handle_event(now, Event::StreamStarted { stream })
+///         }
+///         Action::SendRequest { stream, request } => {
+///             client.handle_event(now, Event::RequestSent { stream });
+///             if request.version_info.is_empty() {
+///                 // A type's first request: answer with what it names.
+///                 let names = request.resource_names.iter();
+///                 let found = names.map(|n| served(request.type_url, n)).collect();
+///                 let response = peer::response(request.type_url, "1", "n1", found);
+///                 let bytes = response.encode_to_vec().into();
+///                 client.handle_event(now, Event::ResponseReceived { stream, bytes });
+///             }
+///         }
+///         // The manager's own watchers; it may watch or cancel through the client.
+///         Action::Notify(n) => assert!(manager.handle_notification(&mut client, &n)),
+///         _ => {}
+///     }
+/// };
+/// assert_eq!(config.route_config.name, "routes");
+/// assert!(config.cluster("cluster").is_some_and(|c| c.is_ok()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct XdsDependencyManager {
     listener_name: String,

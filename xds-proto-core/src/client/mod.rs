@@ -71,7 +71,62 @@ use crate::time::Instant;
 /// A resource type's index in the client's registered types.
 type TypeIdx = usize;
 
-/// The xDS client state machine. See the module documentation for the drive loop.
+/// The xDS client state machine.
+///
+/// Drive it in a loop: make one mutation (a watch, a transport event, a timeout), drain
+/// [`poll_action`](Self::poll_action), then sleep until
+/// [`poll_timeout`](Self::poll_timeout). Here the "server" is a response built with the
+/// testing kit (`xds-proto-testing`); an adapter does the same with a real ADS stream.
+///
+/// ```
+/// use std::time::Duration;
+/// use xds_proto_core::prost::Message;
+/// use xds_proto_core::{Action, Bootstrap, Cds, Event, Instant, XdsClient, XdsClientConfig};
+/// use xds_proto_testing::{peer, resources};
+///
+/// let bootstrap = Bootstrap::from_json_str(peer::ONE_SERVER_BOOTSTRAP)?;
+/// let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), /* seed */ 1);
+/// let mut now = Instant::ZERO;
+///
+/// // 1. One mutation: the first watch opens a stream to the server.
+/// let watcher = client.watch::<Cds>("backend")?;
+/// // 2. Drain: open the ADS stream, send the subscription.
+/// let mut stream = None;
+/// while let Some(action) = client.poll_action() {
+///     match action {
+///         Action::StartStream { stream: s, config, .. } => {
+///             assert_eq!(config.server_uri, "xds.example:443");
+///             stream = Some(s);
+///         }
+///         Action::SendRequest { request, .. } => assert_eq!(&*request.resource_names[0], "backend"),
+///         other => panic!("{other:?}"),
+///     }
+/// }
+/// // The transport reports the stream connected and the request written.
+/// let stream = stream.expect("a stream was opened");
+/// client.handle_event(now, Event::StreamStarted { stream });
+/// client.handle_event(now, Event::RequestSent { stream });
+/// // 3. Sleep until the next deadline: the resource's does-not-exist timer (A57).
+/// assert_eq!(client.poll_timeout(), Some(now + Duration::from_secs(15)));
+///
+/// // The response arrives first, as bytes.
+/// now += Duration::from_millis(20);
+/// let response = peer::response(peer::CDS, "1", "nonce-1", vec![resources::cluster("backend")]);
+/// let bytes = response.encode_to_vec().into();
+/// client.handle_event(now, Event::ResponseReceived { stream, bytes });
+/// let (mut value, mut acked) = (None, false);
+/// while let Some(action) = client.poll_action() {
+///     match action {
+///         Action::Notify(n) if n.watcher == watcher => value = n.value::<Cds>().cloned(),
+///         Action::SendRequest { request, .. } => acked = request.version_info == "1",
+///         other => panic!("{other:?}"),
+///     }
+/// }
+/// assert_eq!(value.expect("the watcher got the cluster").name, "backend");
+/// assert!(acked, "the response was ACKed");
+/// assert_eq!(client.poll_timeout(), None, "the timer stopped: the cluster exists");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct XdsClient {
     config: XdsClientConfig,
     node: crate::pb::envoy::config::core::v3::Node,

@@ -275,7 +275,43 @@ impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
 
 /// Routes RPCs for one virtual host (gRFC A31's per-RPC config selector).
 ///
-/// `select` takes `&self` and is safe to call from many threads at once.
+/// `select` takes `&self` and is safe to call from many threads at once. Build one per
+/// [`XdsConfig`] with [`ConfigSelector::new`] (the adapters' config streams do), or from
+/// a bare virtual host:
+///
+/// ```
+/// use xds_proto_core::selector::{ClusterRegistry, ConfigSelector};
+/// use xds_proto_core::{Code, Rds, XdsResourceType};
+/// use xds_proto_testing::peer::Fixed;
+/// use xds_proto_testing::resources::{PrefixRoute, prefix_routes_config};
+/// use xds_proto_core::prost::Message;
+///
+/// // /api is split 80/20 between two clusters; everything else goes to web.
+/// let routes = prefix_routes_config(
+///     "routes",
+///     &["*"],
+///     &[
+///         PrefixRoute::weighted("/api.", &[("api-v1", 80), ("api-v2", 20)]),
+///         PrefixRoute::cluster("/web.", "web"),
+///     ],
+/// );
+/// let (_, routes) = Rds::decode(&routes.encode_to_vec())?;
+/// let mut registry = ClusterRegistry::new();
+/// let selector =
+///     ConfigSelector::from_virtual_host(&routes.virtual_hosts[0], &[], None, &mut registry);
+///
+/// // The caller's random source decides weighted picks: 0 draws the first cluster,
+/// // u32::MAX the last.
+/// let headers = [("x-user", "alice")];
+/// let pick = selector.select("/api.Svc/Get", &headers, &mut Fixed(0))?;
+/// assert_eq!(pick.cluster().cluster(), Some("api-v1"));
+/// let pick = selector.select("/api.Svc/Get", &headers, &mut Fixed(u32::MAX))?;
+/// assert_eq!(pick.cluster().cluster(), Some("api-v2"));
+/// // An RPC no route matches fails as gRPC fails it.
+/// let err = selector.select("/other.Svc/Get", &headers, &mut Fixed(0)).unwrap_err();
+/// assert_eq!(err.code, Code::UNAVAILABLE);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct ConfigSelector {
     virtual_host: String,
