@@ -19,6 +19,8 @@
 //! the result comes out of [`XdsDependencyManager::poll_update`]. Other watchers of the
 //! same client are untouched.
 
+mod resolve;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,12 +28,11 @@ use std::time::Duration;
 use crate::client::{
     Code, ErrorKind, Notification, Status, WatchError, WatchEvent, WatcherId, XdsClient, XdsError,
 };
-use crate::resource::cluster::{ClusterResource, ClusterType};
+use crate::resource::cluster::ClusterResource;
 use crate::resource::endpoint::EndpointsResource;
-use crate::resource::listener::{HttpFilter, ListenerKind, ListenerResource, RouteSource};
-use crate::resource::route::{ClusterSpecifier, RouteAction, RouteConfigResource, VirtualHost};
+use crate::resource::listener::{HttpFilter, ListenerResource};
+use crate::resource::route::{RouteConfigResource, VirtualHost};
 use crate::resource::{Cds, Eds, Lds, Rds, XdsResourceType, type_url};
-use crate::selector::select_virtual_host;
 
 /// How deep an aggregate cluster graph may go below the route's cluster (gRPC's limit).
 pub const MAX_AGGREGATE_CLUSTER_DEPTH: usize = 16;
@@ -125,22 +126,6 @@ enum Owner {
     Rds,
     Cds(String),
     Eds(String),
-}
-
-#[derive(Clone, Debug)]
-enum Resolution {
-    Pending,
-    Leaves(Vec<String>),
-    Failed(String),
-}
-
-#[derive(Default)]
-struct Walk {
-    cds: BTreeSet<String>,
-    eds: BTreeSet<String>,
-    out: BTreeMap<String, Result<ClusterConfig, XdsError>>,
-    memo: BTreeMap<String, Resolution>,
-    ready: bool,
 }
 
 /// One target's dependency manager.
@@ -461,221 +446,6 @@ impl XdsDependencyManager {
             }
             keep
         });
-    }
-
-    /// Recomputes the config from the watched state: starts and cancels watches, and
-    /// emits when everything is resolved.
-    fn update(&mut self, client: &mut XdsClient) {
-        let listener = match self.lds.as_ref().and_then(|s| s.state.clone()) {
-            None => return,
-            Some(Err(e)) => {
-                let e = context_error("Listener", &self.listener_name, &e);
-                return self.fail(client, e, false);
-            }
-            Some(Ok(listener)) => listener,
-        };
-        let hcm = match &listener.kind {
-            ListenerKind::Client(hcm) => hcm,
-            ListenerKind::Server { .. } => {
-                let e = invalid(format!(
-                    "Listener {:?} is not an API listener (it is a server listener)",
-                    self.listener_name
-                ));
-                return self.fail(client, e, false);
-            }
-        };
-        let route_config = match &hcm.route_config {
-            RouteSource::Inline(rc) => {
-                self.cancel_rds(client);
-                match &self.inline {
-                    Some((l, rc)) if Arc::ptr_eq(l, &listener) => rc.clone(),
-                    _ => {
-                        let rc = Arc::new((**rc).clone());
-                        self.inline = Some((listener.clone(), rc.clone()));
-                        rc
-                    }
-                }
-            }
-            RouteSource::Rds(name) => {
-                self.inline = None;
-                self.ensure_rds(client, name);
-                match self.rds.as_ref().and_then(|(_, s)| s.state.clone()) {
-                    // Waiting for the (new) route configuration: keep the cluster watches
-                    // the current config uses.
-                    None => return,
-                    Some(Err(e)) => {
-                        let e = context_error("RouteConfiguration", name, &e);
-                        return self.fail(client, e, true);
-                    }
-                    Some(Ok(rc)) => rc,
-                }
-            }
-        };
-        let Some(virtual_host_index) =
-            select_virtual_host(&route_config.virtual_hosts, &self.authority)
-        else {
-            let e = invalid(format!(
-                "could not find VirtualHost for {:?} in RouteConfiguration {:?}",
-                self.authority, route_config.name
-            ));
-            return self.fail(client, e, true);
-        };
-        let mut roots: BTreeSet<String> = self.subscriptions.keys().cloned().collect();
-        for route in &route_config.virtual_hosts[virtual_host_index].routes {
-            if let RouteAction::Forward(f) = &route.action {
-                match &f.cluster {
-                    ClusterSpecifier::Cluster(name) => {
-                        roots.insert(name.clone());
-                    }
-                    ClusterSpecifier::WeightedClusters(wcs) => {
-                        roots.extend(wcs.iter().map(|wc| wc.name.clone()));
-                    }
-                    ClusterSpecifier::ClusterSpecifierPlugin(_) => {}
-                }
-            }
-        }
-        let mut walk = Walk {
-            ready: true,
-            ..Walk::default()
-        };
-        for root in &roots {
-            self.resolve(client, root, 0, &mut Vec::new(), &mut walk);
-        }
-        self.retain_clusters(client, &walk.cds, &walk.eds);
-        if !walk.ready {
-            return;
-        }
-        let config = XdsConfig {
-            listener: listener.clone(),
-            route_config,
-            virtual_host_index,
-            max_stream_duration: hcm.max_stream_duration,
-            http_filters: hcm.http_filters.clone(),
-            clusters: walk.out,
-        };
-        self.emit(Ok(Arc::new(config)));
-    }
-
-    /// Resolves one cluster (recursively for aggregates), watching what it needs.
-    fn resolve(
-        &mut self,
-        client: &mut XdsClient,
-        name: &str,
-        depth: usize,
-        stack: &mut Vec<String>,
-        walk: &mut Walk,
-    ) -> Resolution {
-        if let Some(done) = walk.memo.get(name) {
-            return done.clone();
-        }
-        if depth > MAX_AGGREGATE_CLUSTER_DEPTH {
-            return Resolution::Failed(format!(
-                "aggregate cluster graph exceeds the maximum depth of {MAX_AGGREGATE_CLUSTER_DEPTH}"
-            ));
-        }
-        walk.cds.insert(name.to_owned());
-        self.ensure_cds(client, name);
-        let state = self.cds.get(name).and_then(|s| s.state.clone());
-        let resolution = match state {
-            None => Resolution::Pending,
-            Some(Err(e)) => {
-                let e = context_error("Cluster", name, &e);
-                let message = e.status.message.clone();
-                walk.out.insert(name.to_owned(), Err(e));
-                Resolution::Failed(message)
-            }
-            Some(Ok(cluster)) => match &cluster.cluster_type {
-                ClusterType::Eds { service_name } => {
-                    let eds_name = service_name.clone().unwrap_or_else(|| name.to_owned());
-                    walk.eds.insert(eds_name.clone());
-                    self.ensure_eds(client, &eds_name);
-                    match self.eds.get(&eds_name).and_then(|s| s.state.clone()) {
-                        None => Resolution::Pending,
-                        Some(state) => {
-                            let (endpoints, resolution_note) = match state {
-                                Ok(e) => (Some(e), None),
-                                Err(e) => (
-                                    None,
-                                    Some(
-                                        context_error("ClusterLoadAssignment", &eds_name, &e)
-                                            .status
-                                            .message,
-                                    ),
-                                ),
-                            };
-                            let children = ClusterResolution::Endpoints {
-                                service_name: eds_name,
-                                endpoints,
-                                resolution_note,
-                            };
-                            walk.out
-                                .insert(name.to_owned(), Ok(ClusterConfig { cluster, children }));
-                            Resolution::Leaves(vec![name.to_owned()])
-                        }
-                    }
-                }
-                ClusterType::LogicalDns { host, port } => {
-                    let children = ClusterResolution::LogicalDns {
-                        host: host.clone(),
-                        port: *port,
-                    };
-                    walk.out
-                        .insert(name.to_owned(), Ok(ClusterConfig { cluster, children }));
-                    Resolution::Leaves(vec![name.to_owned()])
-                }
-                ClusterType::Aggregate { clusters } => {
-                    stack.push(name.to_owned());
-                    let mut leaves: Vec<String> = Vec::new();
-                    let mut problems: Vec<String> = Vec::new();
-                    let mut pending = false;
-                    for child in clusters {
-                        if stack.iter().any(|s| s == child) {
-                            let path: Vec<String> =
-                                stack.iter().map(|s| format!("{s:?}")).collect();
-                            problems.push(format!("cycle {} -> {child:?}", path.join(" -> ")));
-                            continue;
-                        }
-                        match self.resolve(client, child, depth + 1, stack, walk) {
-                            Resolution::Pending => pending = true,
-                            Resolution::Leaves(ls) => {
-                                for l in ls {
-                                    if !leaves.contains(&l) {
-                                        leaves.push(l);
-                                    }
-                                }
-                            }
-                            Resolution::Failed(why) => problems.push(format!("{child:?}: {why}")),
-                        }
-                    }
-                    stack.pop();
-                    if pending {
-                        Resolution::Pending
-                    } else if leaves.is_empty() {
-                        let e = invalid(format!(
-                            "aggregate cluster {name:?} has no usable leaf clusters: {}",
-                            problems.join("; ")
-                        ));
-                        let message = e.status.message.clone();
-                        walk.out.insert(name.to_owned(), Err(e));
-                        Resolution::Failed(message)
-                    } else {
-                        let children = ClusterResolution::Aggregate {
-                            leaf_clusters: leaves.clone(),
-                        };
-                        walk.out
-                            .insert(name.to_owned(), Ok(ClusterConfig { cluster, children }));
-                        Resolution::Leaves(leaves)
-                    }
-                }
-            },
-        };
-        match resolution {
-            Resolution::Pending => walk.ready = false,
-            ref done => {
-                walk.memo.insert(name.to_owned(), done.clone());
-            }
-        }
-        resolution
     }
 }
 
