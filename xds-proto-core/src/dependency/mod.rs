@@ -355,6 +355,7 @@ impl XdsDependencyManager {
 
     /// The latest update not yet taken, if any (updates are coalesced: only the newest
     /// one is kept). `Err` means the target cannot be routed: RPCs fail with its status.
+    #[must_use]
     pub fn poll_update(&mut self) -> Option<Result<Arc<XdsConfig>, XdsError>> {
         self.pending.take()
     }
