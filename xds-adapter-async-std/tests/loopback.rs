@@ -31,6 +31,11 @@ async fn server_restart_reconnects_with_backoff_and_keeps_cached_values() {
 }
 
 #[async_std::test]
+async fn dropped_watches_leave_the_core_at_every_point_of_their_life() {
+    suite::dropped_watches_are_cancelled::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
 async fn server_closing_the_stream_or_refusing_connections_keeps_cached_values() {
     suite::server_closes_stream_and_refuses_connections::<AsyncStdRuntime>().await;
 }

@@ -14,7 +14,7 @@ use xds_proto_core::client::DuplicateTypeError;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
-    Bootstrap, ResourceSnapshot, WatchError, XdsClient, XdsClientConfig, XdsResourceType,
+    Bootstrap, ResourceSnapshot, WatchError, WatcherId, XdsClient, XdsClientConfig, XdsResourceType,
 };
 
 use crate::config::{ConfigCommand, ConfigStream, Latest};
@@ -287,6 +287,28 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// The driver's answer to a watch command. When the `watch()` future is dropped before
+/// reading it, the watch the driver may already have registered is cancelled: nobody
+/// will ever hold its stream.
+struct PendingWatch<'a> {
+    answer: oneshot::Receiver<Result<WatcherId, WatchError>>,
+    client: &'a Inner,
+}
+
+impl Drop for PendingWatch<'_> {
+    fn drop(&mut self) {
+        // Closed first, so that an answer is either readable now or never sent (the
+        // driver then cancels the watch itself).
+        self.answer.close();
+        if let Ok(Some(Ok(watcher))) = self.answer.try_recv() {
+            let _ = self
+                .client
+                .commands
+                .unbounded_send(Command::Cancel(watcher));
+        }
+    }
+}
+
 /// A handle to a running xDS client. Cheap to clone, `Send + Sync`; every clone talks
 /// to the same driver task, which owns the core.
 ///
@@ -389,7 +411,11 @@ impl<R> Client<R> {
             events: events_tx,
             reply,
         })?;
-        let watcher = answer.await.map_err(|_| Error::Shutdown)??;
+        let mut answer = PendingWatch {
+            answer,
+            client: &self.inner,
+        };
+        let watcher = (&mut answer.answer).await.map_err(|_| Error::Shutdown)??;
         Ok(WatchStream::new(RawWatchStream::new(
             events,
             self.inner.clone(),

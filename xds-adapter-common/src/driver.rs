@@ -320,12 +320,7 @@ impl<R: Runtime> Driver<R> {
                     let _ = reply.send(Err(e));
                 }
             },
-            Command::Cancel(id) => {
-                if self.watchers.remove(&id).is_some() {
-                    tracing::debug!(watcher = %id, "cancel watch");
-                    self.core.cancel_watch(id);
-                }
-            }
+            Command::Cancel(id) => self.forget_watcher(id),
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.core.resource_snapshot());
             }
@@ -595,11 +590,21 @@ impl<R: Runtime> Driver<R> {
                 if let Some(sender) = self.watchers.get(&n.watcher)
                     && sender.unbounded_send(n.event).is_err()
                 {
-                    // The stream was dropped; its cancel command is on its way.
-                    self.watchers.remove(&n.watcher);
+                    // The stream was dropped; its cancel command, on its way, will
+                    // find nothing left to do.
+                    self.forget_watcher(n.watcher);
                 }
             }
             other => tracing::warn!(action = ?other, "action this driver does not know; ignored"),
+        }
+    }
+
+    /// Forgets a watch stream's watcher and cancels its watch in the core: the one way
+    /// a watcher leaves the driver, so none stays subscribed for good.
+    fn forget_watcher(&mut self, id: WatcherId) {
+        if self.watchers.remove(&id).is_some() {
+            tracing::debug!(watcher = %id, "cancel watch");
+            self.core.cancel_watch(id);
         }
     }
 

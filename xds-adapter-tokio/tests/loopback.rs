@@ -53,6 +53,11 @@ async fn does_not_exist_after_the_default_15_s_on_paused_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_leave_the_core_at_every_point_of_their_life() {
+    suite::dropped_watches_are_cancelled::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mtls_with_a_test_ca() {
     suite::tls_with_test_ca::<TokioRuntime>().await;
 }

@@ -7,8 +7,10 @@
 //! hold under tokio's paused clock.
 
 mod a78;
+mod drops;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
+pub use drops::dropped_watches_are_cancelled;
 
 use std::future::Future;
 use std::pin::pin;
