@@ -31,6 +31,11 @@ async fn server_restart_reconnects_with_backoff_and_keeps_cached_values() {
 }
 
 #[async_std::test]
+async fn streams_the_client_closes_are_published_with_a_reason() {
+    suite::client_closed_streams_are_published::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
 async fn dropped_watches_leave_the_core_at_every_point_of_their_life() {
     suite::dropped_watches_are_cancelled::<AsyncStdRuntime>().await;
 }

@@ -17,8 +17,8 @@ use xds_proto_core::AdsRequest;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
-    Action, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError, WatchEvent,
-    WatcherId, XdsClient,
+    Action, Code, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError,
+    WatchEvent, WatcherId, XdsClient,
 };
 
 use crate::ads::{Report, StreamTask, TaskMessage};
@@ -108,7 +108,8 @@ pub enum ChannelEvent {
         /// Its size in bytes.
         bytes: usize,
     },
-    /// The ADS stream ended.
+    /// The ADS stream ended: the server or the transport ended it, or the client
+    /// closed it itself (`by_client`).
     StreamClosed {
         /// The server.
         server: ServerId,
@@ -116,8 +117,13 @@ pub enum ChannelEvent {
         server_uri: Arc<str>,
         /// The stream.
         stream: StreamId,
-        /// How it ended.
+        /// How it ended; when the client closed it, why: `INTERNAL` for a response
+        /// that was no `DiscoveryResponse`, `CANCELLED` when nothing is watched on the
+        /// server any more (the last watch went, or a fallback server was left for a
+        /// recovered primary).
         status: Status,
+        /// Whether the client closed it.
+        by_client: bool,
     },
     /// The connection to a server ended.
     ConnectionClosed {
@@ -198,6 +204,9 @@ pub(crate) struct Driver<R: Runtime> {
     subscribers: Vec<UnboundedSender<ChannelEvent>>,
     sleep: Option<(Instant, BoxFuture<()>)>,
     metrics: MetricsExporter,
+    /// The stream whose response is the input being handled: a `CloseStream` for it
+    /// means the response was unusable.
+    responding: Option<StreamId>,
 }
 
 impl<R: Runtime> Driver<R> {
@@ -223,6 +232,7 @@ impl<R: Runtime> Driver<R> {
             subscribers: Vec::new(),
             sleep: None,
             metrics,
+            responding: None,
         }
     }
 
@@ -455,6 +465,7 @@ impl<R: Runtime> Driver<R> {
                     stream,
                     bytes: bytes.len(),
                 });
+                self.responding = Some(stream);
                 self.core
                     .handle_event(now, Event::ResponseReceived { stream, bytes });
             }
@@ -466,6 +477,7 @@ impl<R: Runtime> Driver<R> {
                     server_uri,
                     stream,
                     status: status.clone(),
+                    by_client: false,
                 });
                 self.core
                     .handle_event(now, Event::StreamClosed { stream, status });
@@ -481,6 +493,7 @@ impl<R: Runtime> Driver<R> {
                 self.apply(action);
             }
             if !self.configs.flush(&mut self.core) {
+                self.responding = None;
                 return;
             }
         }
@@ -557,10 +570,18 @@ impl<R: Runtime> Driver<R> {
             }
             Action::CloseStream { stream } => {
                 if let Some(entry) = self.streams.remove(&stream) {
+                    let status = self.why_closed(stream);
                     entry
                         .span
-                        .in_scope(|| tracing::debug!("closing ADS stream"));
+                        .in_scope(|| tracing::debug!(%status, "closing ADS stream"));
                     entry.abort.abort();
+                    self.publish(ChannelEvent::StreamClosed {
+                        server: entry.server,
+                        server_uri: entry.server_uri,
+                        stream,
+                        status,
+                        by_client: true,
+                    });
                 }
             }
             Action::DropChannel { server } => {
@@ -596,6 +617,23 @@ impl<R: Runtime> Driver<R> {
                 }
             }
             other => tracing::warn!(action = ?other, "action this driver does not know; ignored"),
+        }
+    }
+
+    /// Why the core closes `stream`. It does so for two reasons only: a response on the
+    /// stream that is no `DiscoveryResponse` (then that response is the input being
+    /// handled), or a server nothing is watched on any more.
+    fn why_closed(&self, stream: StreamId) -> Status {
+        if self.responding == Some(stream) {
+            Status::new(
+                Code::INTERNAL,
+                "closed by the client: a response could not be decoded as a DiscoveryResponse",
+            )
+        } else {
+            Status::new(
+                Code::CANCELLED,
+                "closed by the client: nothing is watched on this server any more",
+            )
         }
     }
 

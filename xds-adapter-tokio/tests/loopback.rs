@@ -53,6 +53,11 @@ async fn does_not_exist_after_the_default_15_s_on_paused_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_the_client_closes_are_published_with_a_reason() {
+    suite::client_closed_streams_are_published::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_watches_leave_the_core_at_every_point_of_their_life() {
     suite::dropped_watches_are_cancelled::<TokioRuntime>().await;
 }

@@ -142,12 +142,15 @@ impl Printer {
                 server_uri,
                 stream,
                 status,
+                by_client,
                 ..
             } => {
                 if !self.started.remove(stream) {
                     return; // never started: the connect failure said why
                 }
-                if status.code != Code::OK && !self.lost {
+                if *by_client {
+                    say!("{} server {server_uri}: ADS stream {status}", stamp());
+                } else if status.code != Code::OK && !self.lost {
                     say!(
                         "{} CONNECTIVITY LOST: ADS stream to {server_uri} failed: {status}",
                         stamp()

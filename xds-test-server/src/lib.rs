@@ -8,7 +8,8 @@
 //!   stream subscribed to the type;
 //! - withheld resources ([`LoopbackServer::withhold`]) and TP3 `resource_errors`
 //!   ([`LoopbackServer::set_resource_errors`]);
-//! - streams closed with a chosen status ([`LoopbackServer::close_streams`]);
+//! - streams closed with a chosen status ([`LoopbackServer::close_streams`]), and
+//!   messages that are no `DiscoveryResponse` ([`LoopbackServer::send_undecodable_message`]);
 //! - refused connections ([`LoopbackServer::refuse_connections`]), and a stop and
 //!   restart on the same port ([`LoopbackServer::stop`], [`LoopbackServer::restart`]);
 //! - every request recorded and classified as a subscription, an ACK or a NACK
@@ -32,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+mod codec;
 pub mod config_suite;
 pub mod demo;
 pub mod recorder;

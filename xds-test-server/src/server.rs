@@ -20,6 +20,7 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{
 };
 use xds_proto_core::pb::google::protobuf::Any;
 
+use crate::codec::{Outbound, ServerCodec, UNDECODABLE};
 use crate::resources::resource_name;
 
 /// What a recorded request was.
@@ -110,6 +111,9 @@ struct State {
     /// Streams opened before this epoch must close with `close_status`.
     close_epoch: u64,
     close_status: Option<Status>,
+    /// How many undecodable messages every stream must have sent (see
+    /// `send_undecodable_message`).
+    undecodable: u64,
     next_nonce: u64,
 }
 
@@ -449,6 +453,13 @@ impl LoopbackServer {
         self.shared.bump();
     }
 
+    /// Sends every open ADS stream one message that is not a `DiscoveryResponse` (its
+    /// bytes do not decode as one), as a broken or mismatched server would.
+    pub fn send_undecodable_message(&self) {
+        self.shared.lock().undecodable += 1;
+        self.shared.bump();
+    }
+
     /// While true, connections are accepted and dropped at once, so the client's
     /// connection attempts fail.
     pub fn refuse_connections(&self, refuse: bool) {
@@ -569,19 +580,16 @@ impl tower_service::Service<http::Request<hyper::body::Incoming>> for AdsService
             shared: self.shared.clone(),
         };
         async move {
-            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
-                DiscoveryResponse,
-                DiscoveryRequest,
-            >::default())
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(usize::MAX);
+            let mut grpc = tonic::server::Grpc::new(ServerCodec)
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .max_encoding_message_size(usize::MAX);
             Ok(grpc.streaming(handler, request).await)
         }
         .boxed()
     }
 }
 
-type ResponseStream = Pin<Box<dyn Stream<Item = Result<DiscoveryResponse, tonic::Status>> + Send>>;
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<Outbound, tonic::Status>> + Send>>;
 
 /// Starts the SotW logic of one stream.
 struct StreamHandler {
@@ -600,17 +608,19 @@ impl tower_service::Service<tonic::Request<Streaming<DiscoveryRequest>>> for Str
     fn call(&mut self, request: tonic::Request<Streaming<DiscoveryRequest>>) -> Self::Future {
         let (tx, rx) = mpsc::unbounded();
         let id = self.shared.next_stream.fetch_add(1, Ordering::SeqCst);
-        {
+        let undecodable_sent = {
             let mut state = self.shared.lock();
             state.stats.streams += 1;
             state.stats.open_streams += 1;
-        }
+            state.undecodable
+        };
         self.shared.bump();
         let session = Session {
             shared: self.shared.clone(),
             id,
             tx,
             types: HashMap::new(),
+            undecodable_sent,
         };
         tokio::spawn(session.run(request.into_inner()));
         futures::future::ready(Ok(tonic::Response::new(Box::pin(rx) as ResponseStream)))
@@ -630,8 +640,10 @@ struct StreamType {
 struct Session {
     shared: Arc<Shared>,
     id: u64,
-    tx: mpsc::UnboundedSender<Result<DiscoveryResponse, tonic::Status>>,
+    tx: mpsc::UnboundedSender<Result<Outbound, tonic::Status>>,
     types: HashMap<String, StreamType>,
+    /// How many undecodable messages it has sent.
+    undecodable_sent: u64,
 }
 
 impl Session {
@@ -663,6 +675,7 @@ impl Session {
                     .unbounded_send(Err(tonic::Status::new(code, status.message)));
                 break;
             }
+            self.send_undecodable();
             self.respond();
         }
         {
@@ -677,6 +690,15 @@ impl Session {
         (self.id < state.close_epoch)
             .then(|| state.close_status.clone())
             .flatten()
+    }
+
+    fn send_undecodable(&mut self) {
+        let due = self.shared.lock().undecodable;
+        while self.undecodable_sent < due {
+            self.undecodable_sent += 1;
+            let raw = Outbound::Raw(bytes::Bytes::from_static(UNDECODABLE));
+            let _ = self.tx.unbounded_send(Ok(raw));
+        }
     }
 
     fn on_request(&mut self, request: DiscoveryRequest) {
@@ -786,7 +808,7 @@ impl Session {
             self.shared.bump();
         }
         for r in responses {
-            let _ = self.tx.unbounded_send(Ok(r));
+            let _ = self.tx.unbounded_send(Ok(Outbound::Response(r)));
         }
     }
 }

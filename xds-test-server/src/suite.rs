@@ -7,9 +7,11 @@
 //! hold under tokio's paused clock.
 
 mod a78;
+mod client_closes;
 mod drops;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
+pub use client_closes::client_closed_streams_are_published;
 pub use drops::dropped_watches_are_cancelled;
 
 use std::future::Future;
