@@ -41,15 +41,38 @@ use xds_test_server::LoopbackServer;
 /// With `--json`, stdout carries only JSON documents; status lines go to stderr.
 static JSON_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Prints a line to stdout (see [`write_line`]); the CLI's `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_line(format_args!($($arg)*))
+    };
+}
+
 /// Prints a status line: to stdout, or to stderr in `--json` mode.
 macro_rules! say {
     ($($arg:tt)*) => {
         if $crate::JSON_MODE.load(std::sync::atomic::Ordering::Relaxed) {
             eprintln!($($arg)*);
         } else {
-            println!($($arg)*);
+            out!($($arg)*);
         }
     };
+}
+
+/// Writes a line to stdout. When the reader has gone (`xds ... | head -2`), the CLI
+/// ends quietly with status 0, as `println!` would not: it panics on the broken pipe.
+fn write_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = (stdout.write_fmt(line)).and_then(|()| stdout.write_all(b"\n"));
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("xds: cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 mod demo;

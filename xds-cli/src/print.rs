@@ -69,7 +69,7 @@ impl Printer {
                 self.last_error.remove(&key);
                 if self.json {
                     let doc = json!({"type": label, "name": u.name, "resource": to_json(r)});
-                    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+                    out!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
                 } else {
                     say!("{} {}", stamp(), summary(&u.name, r));
                 }
@@ -240,7 +240,7 @@ impl Printer {
         if self.json {
             self.configs += 1;
             let doc = json!({"type": "config", "listener": listener, "config": config_json(&update.config)});
-            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            out!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
             return;
         }
         let config = &update.config;
@@ -299,7 +299,7 @@ impl Printer {
         }
         if self.json {
             let doc = json!({"type": "config", "listener": listener, "error": error_json(e)});
-            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            out!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         } else {
             say!("{} {line}", stamp());
         }
@@ -495,21 +495,24 @@ pub(crate) async fn print_csds(pool: &ClientPool, as_json: bool) {
                 })
             })
             .collect();
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&json!({"csds": doc})).unwrap_or_default()
         );
         return;
     }
     for config in &response.config {
-        println!(
+        out!(
             "\nCSDS of {} ({} resources):",
             config.client_scope,
             config.generic_xds_configs.len()
         );
-        println!(
+        out!(
             "  {:<4} {:<22} {:<15} {:<8} error",
-            "type", "name", "status", "version"
+            "type",
+            "name",
+            "status",
+            "version"
         );
         for r in &config.generic_xds_configs {
             let status = ClientResourceStatus::try_from(r.client_status)
@@ -519,7 +522,7 @@ pub(crate) async fn print_csds(pool: &ClientPool, as_json: bool) {
                 .as_ref()
                 .map(|e| e.details.as_str())
                 .unwrap_or_default();
-            println!(
+            out!(
                 "  {:<4} {:<22} {:<15} {:<8} {error}",
                 short_type(&r.type_url),
                 r.name,
