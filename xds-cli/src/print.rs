@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use xds_adapter_tokio::xds_proto_core::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
 use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::ClientStatusResponse;
 use xds_adapter_tokio::xds_proto_core::resource::route::PathMatcher;
 use xds_adapter_tokio::xds_proto_core::selector::RngCore;
 use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, StreamId, XdsError};
@@ -481,24 +482,8 @@ fn config_json(config: &XdsConfig) -> Value {
 pub(crate) async fn print_csds(pool: &ClientPool, as_json: bool) {
     let response = pool.csds_response().await;
     if as_json {
-        let doc: Vec<Value> = response
-            .config
-            .iter()
-            .flat_map(|config| {
-                config.generic_xds_configs.iter().map(|c| {
-                    json!({
-                        "client_scope": config.client_scope,
-                        "type_url": c.type_url, "name": c.name, "version_info": c.version_info,
-                        "client_status": c.client_status, "bytes": c.xds_config.as_ref().map(|a| a.value.len()),
-                        "error_state": c.error_state.as_ref().map(|e| json!({"details": e.details, "version_info": e.version_info})),
-                    })
-                })
-            })
-            .collect();
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"csds": doc})).unwrap_or_default()
-        );
+        let doc = csds_json(&response);
+        out!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return;
     }
     for config in &response.config {
@@ -515,8 +500,7 @@ pub(crate) async fn print_csds(pool: &ClientPool, as_json: bool) {
             "version"
         );
         for r in &config.generic_xds_configs {
-            let status = ClientResourceStatus::try_from(r.client_status)
-                .map_or("UNKNOWN", |s| s.as_str_name());
+            let status = status_name(r.client_status);
             let error = r
                 .error_state
                 .as_ref()
@@ -530,5 +514,64 @@ pub(crate) async fn print_csds(pool: &ClientPool, as_json: bool) {
                 r.version_info
             );
         }
+    }
+}
+
+/// A CSDS `client_status` by its name (`ACKED`), as the text dump shows it.
+fn status_name(client_status: i32) -> &'static str {
+    ClientResourceStatus::try_from(client_status).map_or("UNKNOWN", |s| s.as_str_name())
+}
+
+/// The CSDS response as `{"csds": [...]}`: one entry per resource and client scope.
+fn csds_json(response: &ClientStatusResponse) -> Value {
+    let doc: Vec<Value> = response
+        .config
+        .iter()
+        .flat_map(|config| {
+            config.generic_xds_configs.iter().map(|c| {
+                json!({
+                    "client_scope": config.client_scope,
+                    "type_url": c.type_url, "name": c.name, "version_info": c.version_info,
+                    "client_status": status_name(c.client_status),
+                    "bytes": c.xds_config.as_ref().map(|a| a.value.len()),
+                    "error_state": c.error_state.as_ref().map(|e| json!({"details": e.details, "version_info": e.version_info})),
+                })
+            })
+        })
+        .collect();
+    json!({"csds": doc})
+}
+
+#[cfg(test)]
+mod tests {
+    use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::ClientConfig;
+    use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+
+    use super::*;
+
+    /// `--json --csds` names each resource's status as the text dump does.
+    #[test]
+    fn csds_json_names_the_client_status() {
+        let resource = |name: &str, status: ClientResourceStatus| GenericXdsConfig {
+            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+            name: name.into(),
+            client_status: status as i32,
+            ..Default::default()
+        };
+        let response = ClientStatusResponse {
+            config: vec![ClientConfig {
+                client_scope: "xds-cli".into(),
+                generic_xds_configs: vec![
+                    resource("a", ClientResourceStatus::Acked),
+                    resource("b", ClientResourceStatus::DoesNotExist),
+                ],
+                ..Default::default()
+            }],
+        };
+        let doc = csds_json(&response);
+        let statuses: Vec<&Value> = (doc["csds"].as_array().expect("entries").iter())
+            .map(|entry| &entry["client_status"])
+            .collect();
+        assert_eq!(statuses, [&json!("ACKED"), &json!("DOES_NOT_EXIST")]);
     }
 }
