@@ -78,6 +78,7 @@ fn write_line(line: std::fmt::Arguments<'_>) {
 mod demo;
 mod describe;
 mod print;
+mod story;
 
 use describe::{Kind, Resource, Update, tag};
 use print::{Printer, print_csds};

@@ -2,7 +2,7 @@
 //! the previous one, and where sample RPCs go), the transport's story (connections,
 //! NACKs, loss and recovery), and the CSDS dump. Repeated errors are printed once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -11,23 +11,20 @@ use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatu
 use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::ClientStatusResponse;
 use xds_adapter_tokio::xds_proto_core::resource::route::PathMatcher;
 use xds_adapter_tokio::xds_proto_core::selector::RngCore;
-use xds_adapter_tokio::xds_proto_core::{Code, ErrorKind, StreamId, XdsError};
+use xds_adapter_tokio::xds_proto_core::{ErrorKind, XdsError};
 use xds_adapter_tokio::{ChannelEvent, ClientPool, ConfigResult, ConfigUpdate};
 
 use crate::describe::{INDENT, Kind, Resource, Update, routes_json, short_type, summary, to_json};
 use crate::stamp;
+use crate::story::TransportStory;
 
 /// What has been printed, to keep repeated errors, unchanged resources and the
 /// per-resource echo of a connectivity loss off the screen.
 #[derive(Default)]
 pub(crate) struct Printer {
     json: bool,
-    verbose: bool,
-    /// The connection is known to be down.
-    lost: bool,
-    /// Streams that started (a stream that never did failed to connect, which the
-    /// connect failure already reported).
-    started: BTreeSet<StreamId>,
+    /// Which server is in use, and what happened to the others.
+    transport: TransportStory,
     /// The last error printed per resource, until a value arrives.
     last_error: HashMap<(Kind, String), String>,
     /// The last configuration printed, to print only what changed.
@@ -56,7 +53,7 @@ impl Printer {
     pub(crate) fn new(json: bool, verbose: bool) -> Printer {
         Printer {
             json,
-            verbose,
+            transport: TransportStory::new(verbose),
             ..Printer::default()
         }
     }
@@ -101,126 +98,13 @@ impl Printer {
 
     /// Prints what the transport did, as far as it tells the story.
     pub(crate) fn channel_event(&mut self, e: &ChannelEvent) {
-        match e {
-            ChannelEvent::StreamRequested {
-                server_uri, stream, ..
-            } if self.verbose || !self.lost => {
-                say!("{} server {server_uri}: opening ADS {stream}", stamp())
-            }
-            ChannelEvent::Connecting { server_uri, .. } if self.verbose => {
-                say!("{} server {server_uri}: connecting", stamp())
-            }
-            ChannelEvent::Connected {
-                server_uri,
-                reused: false,
-                ..
-            } => {
-                say!(
-                    "{} server {server_uri}: connected; this is the xDS server in use",
-                    stamp()
-                );
-            }
-            ChannelEvent::StreamStarted { stream, .. } => {
-                self.started.insert(*stream);
-            }
-            ChannelEvent::ConnectFailed {
-                server_uri, reason, ..
-            } => {
-                if self.lost {
-                    say!(
-                        "{} server {server_uri}: reconnect failed: {reason}",
-                        stamp()
-                    );
-                } else {
-                    say!(
-                        "{} CONNECTIVITY LOST: cannot connect to {server_uri}: {reason}",
-                        stamp()
-                    );
-                }
-                self.lost = true;
-            }
-            ChannelEvent::StreamClosed {
-                server_uri,
-                stream,
-                status,
-                by_client,
-                ..
-            } => {
-                if !self.started.remove(stream) {
-                    return; // never started: the connect failure said why
-                }
-                if *by_client {
-                    say!("{} server {server_uri}: ADS stream {status}", stamp());
-                } else if status.code != Code::OK && !self.lost {
-                    say!(
-                        "{} CONNECTIVITY LOST: ADS stream to {server_uri} failed: {status}",
-                        stamp()
-                    );
-                    self.lost = true;
-                } else {
-                    say!(
-                        "{} server {server_uri}: ADS stream closed: {status}",
-                        stamp()
-                    );
-                }
-            }
-            ChannelEvent::ResponseReceived { server_uri, .. } if self.lost => {
-                self.lost = false;
-                self.last_error
-                    .retain(|_, line| !line.contains("server unreachable"));
-                say!(
-                    "{} CONNECTIVITY RECOVERED: server {server_uri} is responding again",
-                    stamp()
-                );
-            }
-            ChannelEvent::RequestSent {
-                type_url,
-                version,
-                nonce,
-                nack: Some(detail),
-                ..
-            } => {
-                say!(
-                    "{} NACK {} (keeping version {:?}, response {nonce}): {detail}",
-                    stamp(),
-                    short_type(type_url),
-                    version
-                );
-            }
-            ChannelEvent::RequestSent {
-                type_url,
-                version,
-                nonce,
-                resource_names,
-                nack: None,
-                ..
-            } if self.verbose => {
-                if nonce.is_empty() {
-                    say!(
-                        "{} subscribe {} {:?}",
-                        stamp(),
-                        short_type(type_url),
-                        resource_names
-                    );
-                } else {
-                    say!(
-                        "{} ACK {} version {version} ({nonce})",
-                        stamp(),
-                        short_type(type_url)
-                    );
-                }
-            }
-            ChannelEvent::ConnectionClosed {
-                server_uri,
-                error: Some(error),
-                ..
-            } if self.verbose => {
-                say!(
-                    "{} server {server_uri}: connection closed: {error}",
-                    stamp()
-                )
-            }
-            _ => {}
+        let told = self.transport.tell(e);
+        if told.recovered {
+            self.last_error
+                .retain(|_, line| !line.contains("server unreachable"));
+        }
+        if let Some(line) = told.line {
+            say!("{} {line}", stamp());
         }
     }
 }
