@@ -199,33 +199,39 @@ fn bootstrap(args: &Args) -> (Bootstrap, Option<Arc<LoopbackServer>>) {
     }
 }
 
-/// Starts the single watches of `--lds/--rds/--cds/--eds`.
+/// Starts the single watches of `--lds/--rds/--cds/--eds`, all at once: the client
+/// registers them in one burst (one subscription request per type, not one per name
+/// with every name so far, which made 10,000 names quadratic).
 async fn single_watches(client: &Client, args: &Args) -> SelectAll<BoxStream<'static, Update>> {
-    let mut streams = SelectAll::new();
-    for (kind, names) in [
+    let kinds = [
         (Kind::Lds, &args.lds),
         (Kind::Rds, &args.rds),
         (Kind::Cds, &args.cds),
         (Kind::Eds, &args.eds),
-    ] {
-        for name in names {
-            let stream = match kind {
-                Kind::Lds => {
-                    (client.watch::<Lds>(name).await).map(|s| tag(s, kind, Resource::Listener))
-                }
-                Kind::Rds => {
-                    (client.watch::<Rds>(name).await).map(|s| tag(s, kind, Resource::Routes))
-                }
-                Kind::Cds => {
-                    (client.watch::<Cds>(name).await).map(|s| tag(s, kind, Resource::Cluster))
-                }
-                Kind::Eds => {
-                    (client.watch::<Eds>(name).await).map(|s| tag(s, kind, Resource::Endpoints))
-                }
-            };
-            match stream {
-                Ok(stream) => streams.push(stream),
-                Err(e) => say!("{} cannot watch {} {name:?}: {e}", stamp(), kind.label()),
+    ];
+    let watches =
+        kinds.into_iter().flat_map(|(kind, names)| {
+            names.iter().map(move |name| async move {
+                let stream =
+                    match kind {
+                        Kind::Lds => (client.watch::<Lds>(name).await)
+                            .map(|s| tag(s, kind, Resource::Listener)),
+                        Kind::Rds => (client.watch::<Rds>(name).await)
+                            .map(|s| tag(s, kind, Resource::Routes)),
+                        Kind::Cds => (client.watch::<Cds>(name).await)
+                            .map(|s| tag(s, kind, Resource::Cluster)),
+                        Kind::Eds => (client.watch::<Eds>(name).await)
+                            .map(|s| tag(s, kind, Resource::Endpoints)),
+                    };
+                stream.map_err(|e| (kind, name, e))
+            })
+        });
+    let mut streams = SelectAll::new();
+    for started in futures::future::join_all(watches).await {
+        match started {
+            Ok(stream) => streams.push(stream),
+            Err((kind, name, e)) => {
+                say!("{} cannot watch {} {name:?}: {e}", stamp(), kind.label())
             }
         }
     }
