@@ -904,7 +904,9 @@ fn a_transient_resource_timer_reports_unavailable_instead_of_does_not_exist() {
         r#""channel_creds": [{"type": "insecure"}]"#,
         r#""channel_creds": [{"type": "insecure"}], "server_features": ["resource_timer_is_transient_error"]"#,
     );
-    let mut h = Harness::with_bootstrap(&json, |c| c.resource_timeout = Duration::from_secs(3));
+    let mut h = Harness::with_bootstrap(&json, |c| {
+        c.transient_resource_timeout = Duration::from_secs(3)
+    });
     h.watch::<Cds>("c1");
     h.connect_first(CDS, &["c1"]);
     h.advance(3 * SECOND);
@@ -928,7 +930,9 @@ fn a_transient_timeout_is_timed_again_on_a_new_stream() {
         r#""channel_creds": [{"type": "insecure"}]"#,
         r#""channel_creds": [{"type": "insecure"}], "server_features": ["resource_timer_is_transient_error"]"#,
     );
-    let mut h = Harness::with_bootstrap(&json, |c| c.resource_timeout = Duration::from_secs(3));
+    let mut h = Harness::with_bootstrap(&json, |c| {
+        c.transient_resource_timeout = Duration::from_secs(3)
+    });
     let w = h.watch::<Cds>("c1");
     let s1 = h.connect_first(CDS, &["c1"]);
     h.respond(s1, CDS, "1", "n1", vec![]);
@@ -1015,7 +1019,7 @@ fn missing_cds_resource_is_an_ambient_not_found_by_default_and_the_cache_is_kept
         .into_iter()
         .find(|r| &*r.name == "c2")
         .unwrap();
-    assert_eq!(c2.status, ResourceStatusKind::Acked);
+    assert_eq!(c2.status, ResourceStatusKind::DoesNotExist);
     assert!(c2.value.is_some());
 }
 
@@ -1052,26 +1056,6 @@ fn missing_lds_resource_is_dropped_under_fail_on_data_errors() {
         (ResourceStatusKind::DoesNotExist, true)
     );
     let _ = w1;
-}
-
-#[test]
-fn ignore_resource_deletion_wins_over_fail_on_data_errors() {
-    let json = ONE_SERVER_BOOTSTRAP.replace(
-        r#""channel_creds": [{"type": "insecure"}]"#,
-        r#""channel_creds": [{"type": "insecure"}], "server_features": ["fail_on_data_errors", "ignore_resource_deletion"]"#,
-    );
-    let mut h = Harness::with_bootstrap(&json, |_| {});
-    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2"]);
-    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
-    let n = h.expect_notify();
-    assert_eq!(n.watcher, ws[1]);
-    assert_eq!(ambient_error(&n).kind, ErrorKind::DeletionIgnored);
-    assert!(
-        h.client
-            .resource_snapshot()
-            .iter()
-            .all(|r| r.value.is_some())
-    );
 }
 
 #[test]
@@ -1394,6 +1378,294 @@ fn resource_errors_with_an_empty_name_or_an_ok_status_make_the_response_a_nack()
         Some(
             "resource_errors[0]: empty resource name; resource_errors[1]: c9: error_detail has status OK"
         )
+    );
+}
+
+// ----- A88 data errors (issue 11) -----
+
+fn bootstrap_with_features(features: &str) -> String {
+    ONE_SERVER_BOOTSTRAP.replace(
+        r#""channel_creds": [{"type": "insecure"}]"#,
+        &format!(r#""channel_creds": [{{"type": "insecure"}}], "server_features": [{features}]"#),
+    )
+}
+
+fn csds_of(
+    h: &Harness,
+    name: &str,
+) -> xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig {
+    h.client
+        .csds_configs()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no CSDS entry for {name}"))
+}
+
+/// Item 1: a NACK is a data error; under `fail_on_data_errors` it drops the cached
+/// value (A88), so the watchers stop using it and CSDS shows no config.
+#[test]
+fn a_nack_under_fail_on_data_errors_drops_the_cached_value() {
+    use xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
+    let mut h = Harness::with_bootstrap(&fail_on_data_errors_bootstrap(), |_| {});
+    let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+    h.respond(s, CDS, "2", "n2", vec![fixtures::invalid_cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[0]);
+    let e = changed_error(&n);
+    assert_eq!(
+        (e.kind, e.status.code),
+        (ErrorKind::Invalid, Code::UNAVAILABLE)
+    );
+    let req = h.expect_request(s);
+    assert_eq!((req.version.as_str(), req.nonce.as_str()), ("1", "n2"));
+    assert!(req.error.unwrap().starts_with("resource index 0: c1: "));
+    h.sent(s);
+    h.expect_nothing();
+    let c1 = csds_of(&h, "c1");
+    assert_eq!(c1.client_status, ClientResourceStatus::Nacked as i32);
+    assert!(c1.xds_config.is_none());
+    assert_eq!(c1.error_state.as_ref().unwrap().version_info, "2");
+    // A new watcher gets the error, not the dropped value.
+    let w2 = h.watch::<Cds>("c1");
+    let n = h.expect_notify();
+    assert_eq!(
+        (n.watcher, changed_error(&n).kind),
+        (w2, ErrorKind::Invalid)
+    );
+    // The same value as before is new again: it is cached and told.
+    h.respond(s, CDS, "3", "n3", vec![cluster("c1")]);
+    assert_eq!(h.expect_notify().watcher, ws[0]);
+    value_of(&h.expect_notify());
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "3", "n3"));
+    assert_eq!(
+        csds_of(&h, "c1").client_status,
+        ClientResourceStatus::Acked as i32
+    );
+}
+
+/// Item 2: with `resource_timer_is_transient_error` the resource timer runs 30 s, not
+/// 15 s (A88), and reports UNAVAILABLE.
+#[test]
+fn the_transient_resource_timer_runs_30_seconds() {
+    let json = bootstrap_with_features(r#""resource_timer_is_transient_error""#);
+    let mut h = Harness::with_bootstrap(&json, |_| {});
+    let w = h.watch::<Cds>("c1");
+    h.connect_first(CDS, &["c1"]);
+    h.advance(15 * SECOND);
+    h.expect_nothing();
+    h.advance(15 * SECOND - Duration::from_millis(1));
+    h.expect_nothing();
+    h.advance(Duration::from_millis(1));
+    let n = h.expect_notify();
+    let e = changed_error(&n);
+    assert_eq!(
+        (n.watcher, e.kind, e.status.code),
+        (w, ErrorKind::Timeout, Code::UNAVAILABLE)
+    );
+    assert_eq!(
+        e.status.message,
+        "timed out after 30s waiting for Cluster \"c1\" from xDS server \"xds.example:443\""
+    );
+}
+
+/// Item 3: a resource in a `Resource` wrapper is named by the wrapper: a payload that
+/// does not decode, or is of another type, reaches the wrapper name's watchers and the
+/// NACK names it; no false does-not-exist follows.
+#[test]
+fn an_invalid_payload_in_a_resource_wrapper_is_reported_under_the_wrappers_name() {
+    use xds_proto_core::pb::google::protobuf::Any;
+    let mut h = Harness::new();
+    let w1 = h.watch::<Cds>("c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    let w2 = h.watch::<Cds>("c2");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
+    h.sent(s);
+    let wrap = |name: &str, inner: Any| {
+        let wrapper = Resource {
+            name: name.to_string(),
+            resource: Some(inner),
+            ..Default::default()
+        };
+        any(
+            xds_proto_core::resource::type_url::RESOURCE_WRAPPER,
+            &wrapper,
+        )
+    };
+    let garbage = Any {
+        type_url: CDS.to_string(),
+        value: vec![0xff, 0xff, 0xff].into(),
+    };
+    let wrong_type = listener("c2", "r");
+    h.respond(
+        s,
+        CDS,
+        "1",
+        "n1",
+        vec![wrap("c1", garbage), wrap("c2", wrong_type)],
+    );
+    for w in [w1, w2] {
+        let n = h.expect_notify();
+        assert_eq!((n.watcher, changed_error(&n).kind), (w, ErrorKind::Invalid));
+    }
+    let detail = h.expect_request(s).error.expect("a NACK");
+    assert!(detail.starts_with("resource index 0: c1: "), "{detail}");
+    assert!(
+        detail.contains("; resource index 1: c2: type URL"),
+        "{detail}"
+    );
+    h.sent(s);
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+}
+
+/// Item 4: an ambient error that clears while the value stays the same is announced
+/// by telling the value again (`Changed(Ok)`): after a NACK, a TP3 error, an ignored
+/// deletion, and a connectivity error.
+#[test]
+fn a_cleared_error_is_announced_by_the_value_again() {
+    let mut h = Harness::new();
+    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    let both = || vec![cluster("c1"), cluster("c2")];
+    let mut round = 2;
+    let mut next = |h: &mut Harness, resources, errors| {
+        round += 1;
+        let (v, n) = (round.to_string(), format!("n{round}"));
+        let mut r = response(CDS, &v, &n, resources);
+        r.resource_errors = errors;
+        h.respond_with(s, r);
+        let notes: Vec<Notification> = h
+            .take()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Notify(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        h.sent(s);
+        notes
+    };
+    let nack = vec![fixtures::invalid_cluster("c1"), cluster("c2")];
+    let tp3 = vec![resource_error("c1", Code::UNAVAILABLE, "flaky")];
+    for (bad, errors, kind) in [
+        (nack, vec![], ErrorKind::Invalid),
+        (vec![cluster("c2")], tp3, ErrorKind::ServerReported),
+        (vec![cluster("c2")], vec![], ErrorKind::DeletionIgnored),
+    ] {
+        let notes = next(&mut h, bad, errors);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(
+            (notes[0].watcher, ambient_error(&notes[0]).kind),
+            (ws[0], kind)
+        );
+        let notes = next(&mut h, both(), vec![]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].watcher, ws[0]);
+        assert_eq!(value_of(&notes[0]).get::<Cds>().unwrap().name, "c1");
+        // Once: the same value again tells nothing.
+        assert!(next(&mut h, both(), vec![]).is_empty());
+    }
+    h.connectivity_failure(0, "blip");
+    for w in &ws {
+        let n = h.expect_notify();
+        assert_eq!(
+            (n.watcher, ambient_error(&n).kind),
+            (*w, ErrorKind::Connectivity)
+        );
+    }
+    let notes = next(&mut h, both(), vec![]);
+    assert_eq!(notes.iter().map(|n| n.watcher).collect::<Vec<_>>(), ws);
+    assert!(
+        notes
+            .iter()
+            .all(|n| matches!(n.event, WatchEvent::Changed(Ok(_))))
+    );
+}
+
+/// Item 5: an ignored LDS/CDS deletion shows in CSDS as DOES_NOT_EXIST with the cached
+/// config (as C-core reports it) and the reason; the A78 state is
+/// `does_not_exist_but_cached`. Every DOES_NOT_EXIST entry has an `error_state`.
+#[test]
+fn csds_shows_an_ignored_deletion_as_does_not_exist_with_the_cached_config() {
+    use xds_proto_core::metrics::CacheState;
+    use xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
+    let mut h = Harness::new();
+    let (s, _) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    h.watch::<Cds>("missing");
+    h.expect_request(s);
+    h.sent(s);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    h.take();
+    h.sent(s);
+    let c2 = csds_of(&h, "c2");
+    assert_eq!(c2.client_status, ClientResourceStatus::DoesNotExist as i32);
+    assert_eq!(c2.xds_config.unwrap().value, cluster("c2").value);
+    assert_eq!(c2.version_info, "1"); // the cached value's
+    let failure = c2.error_state.expect("the reason");
+    assert_eq!(failure.version_info, "2");
+    assert!(
+        failure.details.contains("no longer sends Cluster \"c2\""),
+        "{}",
+        failure.details
+    );
+    let states: Vec<CacheState> = h
+        .client
+        .metrics()
+        .resources
+        .iter()
+        .map(|r| r.cache_state)
+        .collect();
+    assert!(
+        states.contains(&CacheState::DoesNotExistButCached),
+        "{states:?}"
+    );
+    // The timer's verdict carries its reason too.
+    h.advance(15 * SECOND);
+    h.take();
+    let missing = csds_of(&h, "missing");
+    assert_eq!(
+        missing.client_status,
+        ClientResourceStatus::DoesNotExist as i32
+    );
+    assert!(missing.xds_config.is_none());
+    let failure = missing.error_state.expect("the reason");
+    assert!(
+        failure.details.contains("did not send it within 15s"),
+        "{}",
+        failure.details
+    );
+    // The resource comes back: ACKED again.
+    h.respond(s, CDS, "3", "n3", vec![cluster("c1"), cluster("c2")]);
+    h.take();
+    let c2 = csds_of(&h, "c2");
+    assert_eq!(c2.client_status, ClientResourceStatus::Acked as i32);
+    assert!(c2.error_state.is_none());
+}
+
+/// Item 6: `ignore_resource_deletion` is deprecated by A88; `fail_on_data_errors`
+/// alone decides whether a deletion drops the cached value.
+#[test]
+fn ignore_resource_deletion_no_longer_has_an_effect() {
+    let json = bootstrap_with_features(r#""fail_on_data_errors", "ignore_resource_deletion""#);
+    let mut h = Harness::with_bootstrap(&json, |_| {});
+    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(
+        (n.watcher, changed_error(&n).kind),
+        (ws[1], ErrorKind::DoesNotExist)
+    );
+    h.expect_request(s);
+    let c2 = csds_of(&h, "c2");
+    assert!(c2.xds_config.is_none());
+    // Without fail_on_data_errors, the deletion is ignored as by default.
+    let json = bootstrap_with_features(r#""ignore_resource_deletion""#);
+    let mut h = Harness::with_bootstrap(&json, |_| {});
+    let (s, ws) = with_cached_clusters(&mut h, &["c1", "c2"]);
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(
+        (n.watcher, ambient_error(&n).kind),
+        (ws[1], ErrorKind::DeletionIgnored)
     );
 }
 

@@ -106,12 +106,16 @@ pub struct TlsCredentials {
 /// The `server_features` the client understands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ServerFeatures {
-    /// `ignore_resource_deletion`: keep using a resource the server stops sending (A53).
+    /// `ignore_resource_deletion` (A53), deprecated by A88: still parsed, but it no
+    /// longer has an effect. Deletions are ignored by default (the value is kept);
+    /// `fail_on_data_errors` alone decides whether a deletion drops it.
     pub ignore_resource_deletion: bool,
-    /// `fail_on_data_errors`: let data errors drop cached resources (A88).
+    /// `fail_on_data_errors`: let data errors (NACKs, LDS/CDS deletions, TP3
+    /// NOT_FOUND and PERMISSION_DENIED) drop cached resources (A88).
     pub fail_on_data_errors: bool,
-    /// `resource_timer_is_transient_error`: a does-not-exist timeout is reported as an
-    /// ambient error rather than as does-not-exist (A88).
+    /// `resource_timer_is_transient_error`: the resource timer runs 30 s instead of
+    /// 15 s and, when it fires, reports a timeout (UNAVAILABLE) rather than
+    /// does-not-exist (A88).
     pub resource_timer_is_transient_error: bool,
     /// `trusted_xds_server`: the server is trusted with security-sensitive config (A81).
     pub trusted_xds_server: bool,

@@ -22,6 +22,10 @@ pub const MAX_NACK_DETAIL_BYTES: usize = 8 * 1024;
 /// The default does-not-exist timeout (gRFC A57, the xDS protocol's 15 seconds).
 pub const DEFAULT_RESOURCE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The default resource timer on a server with `resource_timer_is_transient_error`
+/// (gRFC A88: 30 seconds instead of 15, and the error is UNAVAILABLE).
+pub const DEFAULT_TRANSIENT_RESOURCE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Declares an opaque id type: a private integer with `Display`, raw access for logs
 /// and maps, and a `from_raw` for tests that forge a stale or unknown id.
 macro_rules! id_type {
@@ -69,14 +73,23 @@ id_type!(
 );
 
 /// What a watcher is told (the gRFC A88 split).
+///
+/// An ambient error stands until the watcher is told `Changed` again. When the error
+/// clears while the value stays the same (the NACKed resource, the ignored deletion
+/// or the server-reported error is followed by the same value, or the server comes
+/// back after a connectivity error and sends the same value), the watcher is told the
+/// value again, `Changed(Ok(value))`, as gRPC does when a resource is received after
+/// an error. So a `Changed(Ok)` may repeat the value the watcher holds.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchEvent {
-    /// The resource changed: a new value, or an error that replaces the old value
-    /// (does-not-exist, an invalid uncached resource, a data error under
-    /// `fail_on_data_errors`, a connectivity error before any value arrived).
+    /// The resource changed: a new value (or the same one, when an ambient error
+    /// cleared), or an error that replaces the old value (does-not-exist, an invalid
+    /// uncached resource, a data error under `fail_on_data_errors`, which drops the
+    /// cached value, a connectivity error before any value arrived).
     Changed(Result<ResourceValue, XdsError>),
-    /// Something went wrong but the value the watcher holds stays valid.
+    /// Something went wrong but the value the watcher holds stays valid, until the
+    /// next `Changed`.
     AmbientError(XdsError),
 }
 
@@ -264,6 +277,9 @@ pub struct XdsClientConfig {
     pub bootstrap: Arc<Bootstrap>,
     /// How long to wait for a subscribed resource before it is taken not to exist.
     pub resource_timeout: Duration,
+    /// How long to wait for a subscribed resource, on a server with the feature
+    /// `resource_timer_is_transient_error`, before it is reported as timed out (A88).
+    pub transient_resource_timeout: Duration,
     /// Backoff between failing stream attempts.
     pub backoff: BackoffConfig,
     /// Reported in `Node.user_agent_name`.
@@ -273,11 +289,13 @@ pub struct XdsClientConfig {
 }
 
 impl XdsClientConfig {
-    /// The defaults (15 s resource timeout, gRPC backoff) for a bootstrap.
+    /// The defaults (15 s resource timeout, 30 s when the timer is a transient error,
+    /// gRPC backoff) for a bootstrap.
     pub fn new(bootstrap: impl Into<Arc<Bootstrap>>) -> XdsClientConfig {
         XdsClientConfig {
             bootstrap: bootstrap.into(),
             resource_timeout: DEFAULT_RESOURCE_TIMEOUT,
+            transient_resource_timeout: DEFAULT_TRANSIENT_RESOURCE_TIMEOUT,
             backoff: BackoffConfig::default(),
             user_agent_name: "xds-proto".to_string(),
             user_agent_version: env!("CARGO_PKG_VERSION").to_string(),

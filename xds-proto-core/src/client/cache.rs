@@ -10,8 +10,8 @@ use bytes::Bytes;
 
 use super::timer::{TimerKey, timer_bit};
 use super::{
-    Action, ErrorKind, Notification, ResourceSnapshot, ResourceStatusKind, TypeIdx, UpdateFailure,
-    WatchEvent, WatcherId, XdsError,
+    Action, Notification, ResourceSnapshot, ResourceStatusKind, TypeIdx, UpdateFailure, WatchEvent,
+    WatcherId, XdsError,
 };
 use crate::DetHashMap as HashMap;
 use crate::metrics::CacheState;
@@ -35,8 +35,10 @@ pub(super) struct ResourceEntry {
     pub(super) authority: usize,
     pub(super) watchers: Vec<WatcherId>,
     pub(super) cached: Option<Cached>,
-    /// Known not to exist (timer fired, NOT_FOUND, or deletion applied).
-    pub(super) does_not_exist: bool,
+    /// Known not to exist, and why (the timer fired, the server said NOT_FOUND, or it
+    /// deleted the resource). With a value still cached, the deletion was ignored
+    /// (A88's default): CSDS says DOES_NOT_EXIST and shows the cached config.
+    pub(super) does_not_exist: Option<UpdateFailure>,
     /// The timer fired as a transient error (`resource_timer_is_transient_error`).
     pub(super) timed_out: bool,
     /// The last NACK of this resource, until a valid copy arrives.
@@ -45,6 +47,9 @@ pub(super) struct ResourceEntry {
     pub(super) server_error: Option<UpdateFailure>,
     /// The error that stands for new watchers: ambient when cached, the state otherwise.
     pub(super) error: Option<XdsError>,
+    /// Some watcher holds an ambient error beside the cached value: the next valid
+    /// copy announces that it cleared (see [`WatchEvent::Changed`]).
+    pub(super) ambient_told: bool,
     /// The servers (by position in the authority's list, see [`timer_bit`]) whose
     /// does-not-exist timer for it is armed.
     pub(super) timed_on: u64,
@@ -63,11 +68,12 @@ impl ResourceEntry {
             authority,
             watchers: vec![watcher],
             cached: None,
-            does_not_exist: false,
+            does_not_exist: None,
             timed_out: false,
             nack: None,
             server_error: None,
             error: None,
+            ambient_told: false,
             timed_on: 0,
             seen_in: 0,
             seen_at: 0,
@@ -76,7 +82,7 @@ impl ResourceEntry {
 
     /// "Cached" in the A71 sense: a value, or known not to exist.
     pub(super) fn is_cached(&self) -> bool {
-        self.cached.is_some() || self.does_not_exist
+        self.cached.is_some() || self.does_not_exist.is_some()
     }
 
     /// The A78 `grpc.xds.cache_state`.
@@ -87,16 +93,9 @@ impl ResourceEntry {
             _ if self.server_error.is_some() => CacheState::ReceivedError,
             _ if self.nack.is_some() && cached => CacheState::NackedButCached,
             _ if self.nack.is_some() => CacheState::Nacked,
-            _ if cached
-                && self
-                    .error
-                    .as_ref()
-                    .is_some_and(|e| e.kind == ErrorKind::DeletionIgnored) =>
-            {
-                CacheState::DoesNotExistButCached
-            }
+            _ if self.does_not_exist.is_some() && cached => CacheState::DoesNotExistButCached,
+            _ if self.does_not_exist.is_some() => CacheState::DoesNotExist,
             _ if cached => CacheState::Acked,
-            _ if self.does_not_exist => CacheState::DoesNotExist,
             _ if self.timed_out => CacheState::Timeout,
             _ => CacheState::Requested,
         }
@@ -107,10 +106,10 @@ impl ResourceEntry {
             ResourceStatusKind::ReceivedError
         } else if self.nack.is_some() {
             ResourceStatusKind::Nacked
+        } else if self.does_not_exist.is_some() {
+            ResourceStatusKind::DoesNotExist
         } else if self.cached.is_some() {
             ResourceStatusKind::Acked
-        } else if self.does_not_exist {
-            ResourceStatusKind::DoesNotExist
         } else if self.timed_out {
             ResourceStatusKind::Timeout
         } else {
@@ -131,7 +130,10 @@ impl ResourceEntry {
             last_updated: self.cached.as_ref().map(|c| c.updated),
             raw: self.cached.as_ref().map(|c| c.raw.clone()),
             value: self.cached.as_ref().map(|c| c.value.clone()),
-            error_state: self.server_error.clone().or_else(|| self.nack.clone()),
+            error_state: (self.server_error.as_ref())
+                .or(self.nack.as_ref())
+                .or(self.does_not_exist.as_ref())
+                .cloned(),
             watchers: self.watchers.len(),
         }
     }
@@ -154,17 +156,24 @@ impl ResourceEntry {
     }
 
     /// The one failure path of a resource: `error` stands for it from now on, and the
-    /// watchers are told it, as ambient while a value is cached (A88).
+    /// watchers are told it, as ambient while a value is cached (A88). A data error
+    /// under `fail_on_data_errors` drops the cached value first (`drop_cached`).
     pub(super) fn fail(
         &mut self,
         actions: &mut VecDeque<Action>,
         type_url: &'static str,
         error: XdsError,
+        drop_cached: bool,
     ) {
+        if drop_cached {
+            self.cached = None;
+        }
         self.error = Some(error.clone());
         let event = if self.cached.is_some() {
+            self.ambient_told = true;
             WatchEvent::AmbientError(error)
         } else {
+            self.ambient_told = false;
             WatchEvent::Changed(Err(error))
         };
         self.notify_all(actions, type_url, event);
@@ -173,11 +182,12 @@ impl ResourceEntry {
     /// Tells the watchers of a connectivity error of the server serving it: ambient
     /// when cached in the A71 sense (a value, or known not to exist).
     pub(super) fn notify_connectivity(
-        &self,
+        &mut self,
         actions: &mut VecDeque<Action>,
         type_url: &'static str,
         error: &XdsError,
     ) {
+        self.ambient_told |= self.cached.is_some();
         let event = if self.is_cached() {
             WatchEvent::AmbientError(error.clone())
         } else {
@@ -187,7 +197,8 @@ impl ResourceEntry {
     }
 
     /// A valid copy arrived (`update` is `None` when its bytes are the cached ones):
-    /// every error clears, and the watchers hear of the value if it changed.
+    /// every error clears, and the watchers hear of the value if it changed, or
+    /// again if they hold an ambient error that has now cleared.
     pub(super) fn fill(
         &mut self,
         actions: &mut VecDeque<Action>,
@@ -198,26 +209,33 @@ impl ResourceEntry {
     ) {
         self.nack = None;
         self.server_error = None;
-        self.does_not_exist = false;
+        self.does_not_exist = None;
         self.timed_out = false;
         self.error = None;
-        let Some((value, raw)) = update else {
-            if let Some(c) = self.cached.as_mut() {
-                c.version = version.clone();
+        let cleared = std::mem::take(&mut self.ambient_told);
+        let unchanged = match (&update, self.cached.as_mut()) {
+            (None, Some(c)) => Some(c),
+            (Some((value, raw)), Some(c)) if c.raw == raw || c.value.equals(value) => {
+                // Keep the newest bytes for CSDS, copied so that the response buffer
+                // is not kept alive by one resource.
+                if c.raw != raw {
+                    c.raw = Bytes::copy_from_slice(raw);
+                }
+                Some(c)
             }
-            return;
+            _ => None,
         };
-        if let Some(c) = self.cached.as_mut()
-            && (c.raw == raw || c.value.equals(&value))
-        {
-            // Unchanged: no notification. Keep the newest bytes for CSDS, copied so
-            // that the response buffer is not kept alive by one resource.
-            if c.raw != raw {
-                c.raw = Bytes::copy_from_slice(&raw);
-            }
+        if let Some(c) = unchanged {
             c.version = version.clone();
+            if cleared {
+                let value = c.value.clone();
+                self.notify_all(actions, type_url, WatchEvent::Changed(Ok(value)));
+            }
             return;
         }
+        let Some((value, raw)) = update else {
+            return;
+        };
         self.cached = Some(Cached {
             value: value.clone(),
             raw: Bytes::copy_from_slice(&raw),
@@ -237,7 +255,7 @@ impl ResourceEntry {
             }
         } else if let Some(e) = &self.error {
             events.push(WatchEvent::Changed(Err(e.clone())));
-            if let Some(c) = connectivity.filter(|_| self.does_not_exist) {
+            if let Some(c) = connectivity.filter(|_| self.does_not_exist.is_some()) {
                 events.push(WatchEvent::AmbientError(c.clone()));
             }
         } else if let Some(c) = connectivity {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::timer::{TimerKey, timer_bit};
-use super::{Status, TypeIdx, XdsClient, XdsError};
+use super::{Status, TypeIdx, UpdateFailure, XdsClient, XdsError};
 use crate::time::Instant;
 
 impl XdsClient {
@@ -47,13 +47,32 @@ impl XdsClient {
             name = %name,
             "does-not-exist timer started"
         );
-        self.timers.set(key, now + self.config.resource_timeout);
+        let timeout = self.resource_timeout(server);
+        self.timers.set(key, now + timeout);
+    }
+
+    /// How long `server`'s does-not-exist timer runs: A88's 30 s (by default) on a
+    /// server with `resource_timer_is_transient_error`, A57's 15 s otherwise.
+    fn resource_timeout(&self, server: usize) -> std::time::Duration {
+        let features = self.servers[server].config.server_features;
+        if features.resource_timer_is_transient_error {
+            self.config.transient_resource_timeout
+        } else {
+            self.config.resource_timeout
+        }
     }
 
     /// `server`'s does-not-exist timer of a resource ran out: unless a value arrived
     /// meanwhile, the resource does not exist (or timed out, on a server that says so).
-    pub(super) fn on_resource_timer(&mut self, server: usize, t: TypeIdx, name: &Arc<str>) {
+    pub(super) fn on_resource_timer(
+        &mut self,
+        server: usize,
+        t: TypeIdx,
+        name: &Arc<str>,
+        now: Instant,
+    ) {
         let type_url = self.types[t].type_url();
+        let timeout = self.resource_timeout(server);
         let Some(entry) = self.resources[t].get_mut(name) else {
             return;
         };
@@ -64,7 +83,6 @@ impl XdsClient {
         let servers = &self.authorities[entry.authority].servers;
         entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
         let config = &self.servers[server].config;
-        let timeout = self.config.resource_timeout;
         let transient = config.server_features.resource_timer_is_transient_error;
         tracing::debug!(
             server = %config.server_uri,
@@ -77,14 +95,19 @@ impl XdsClient {
             entry.timed_out = true;
             XdsError::timeout(type_url, name, &config.server_uri, timeout)
         } else {
-            entry.does_not_exist = true;
             let why = format!(
                 "xDS server {:?} did not send it within {timeout:?}",
                 config.server_uri
             );
+            let version = self.servers[server].types[t].version.to_string();
+            entry.does_not_exist = Some(UpdateFailure {
+                details: why.clone(),
+                version,
+                at: now,
+            });
             XdsError::does_not_exist(type_url, name, &why)
         };
-        entry.fail(&mut self.actions, type_url, error);
+        entry.fail(&mut self.actions, type_url, error, false);
     }
 
     pub(super) fn on_connectivity_failure(&mut self, server: usize, reason: String) {
@@ -154,9 +177,9 @@ impl XdsClient {
             if self.authorities[a].active() != Some(server) || self.maybe_fallback(a) {
                 continue;
             }
-            for (t, table) in self.resources.iter().enumerate() {
+            for (t, table) in self.resources.iter_mut().enumerate() {
                 let type_url = self.types[t].type_url();
-                let mut entries: Vec<_> = table.values().filter(|e| e.authority == a).collect();
+                let mut entries: Vec<_> = table.values_mut().filter(|e| e.authority == a).collect();
                 entries.sort_by(|x, y| x.name.cmp(&y.name));
                 for entry in entries {
                     entry.notify_connectivity(&mut self.actions, type_url, &error);

@@ -51,9 +51,9 @@ use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub use self::api::{
-    Action, DEFAULT_RESOURCE_TIMEOUT, DuplicateTypeError, Event, MAX_NACK_DETAIL_BYTES,
-    Notification, ResourceSnapshot, ResourceStatusKind, ServerId, StreamId, UpdateFailure,
-    WatchError, WatchEvent, WatcherId, XdsClientConfig,
+    Action, DEFAULT_RESOURCE_TIMEOUT, DEFAULT_TRANSIENT_RESOURCE_TIMEOUT, DuplicateTypeError,
+    Event, MAX_NACK_DETAIL_BYTES, Notification, ResourceSnapshot, ResourceStatusKind, ServerId,
+    StreamId, UpdateFailure, WatchError, WatchEvent, WatcherId, XdsClientConfig,
 };
 pub use self::request::AdsRequest;
 pub use self::status::{Code, ErrorKind, Status, XdsError};
@@ -281,7 +281,12 @@ impl XdsClient {
             entry.watchers.push(id);
             let name = entry.name.clone();
             self.watchers.insert(id, (t, name.clone()));
-            for event in entry.initial_events(conn.as_ref()) {
+            let events = entry.initial_events(conn.as_ref());
+            entry.ambient_told |= entry.cached.is_some()
+                && events
+                    .iter()
+                    .any(|e| matches!(e, WatchEvent::AmbientError(_)));
+            for event in events {
                 self.actions.push_back(Action::Notify(Notification {
                     watcher: id,
                     type_url,
@@ -375,7 +380,9 @@ impl XdsClient {
         while let Some(key) = self.timers.pop_expired(now) {
             match key {
                 TimerKey::Reconnect(server) => self.ensure_stream(server),
-                TimerKey::DoesNotExist(server, t, name) => self.on_resource_timer(server, t, &name),
+                TimerKey::DoesNotExist(server, t, name) => {
+                    self.on_resource_timer(server, t, &name, now)
+                }
             }
         }
     }

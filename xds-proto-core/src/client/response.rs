@@ -12,8 +12,8 @@ use prost::Message;
 use super::cache::{ResourceTable, Slot};
 use super::envelope;
 use super::{
-    Action, Code, ErrorKind, MAX_NACK_DETAIL_BYTES, Status, StreamId, TypeIdx, UpdateFailure,
-    XdsClient, XdsError,
+    Action, Code, MAX_NACK_DETAIL_BYTES, Status, StreamId, TypeIdx, UpdateFailure, XdsClient,
+    XdsError,
 };
 use crate::DetHashMap as HashMap;
 use crate::bootstrap::ServerConfig;
@@ -293,7 +293,10 @@ impl XdsClient {
                         version: cx.version_info.clone(),
                         at: cx.now,
                     });
-                    entry.fail(&mut self.actions, cx.type_url, error);
+                    // A88: a NACK is a data error; it drops the cached value only
+                    // under fail_on_data_errors.
+                    let drop_cached = cx.config.server_features.fail_on_data_errors;
+                    entry.fail(&mut self.actions, cx.type_url, error, drop_cached);
                     continue;
                 }
                 Outcome::Unchanged => None,
@@ -321,21 +324,20 @@ impl XdsClient {
             entry.disarm_timers(cx.t, &authority.servers, None, |key| {
                 self.timers.cancel(&key)
             });
-            entry.server_error = Some(UpdateFailure {
+            let failure = UpdateFailure {
                 details: status.to_string(),
                 version: cx.version_info.clone(),
                 at: cx.now,
-            });
+            };
             let data_error =
                 status.code == Code::NOT_FOUND || status.code == Code::PERMISSION_DENIED;
+            let drop_cached = data_error && features.fail_on_data_errors;
+            if status.code == Code::NOT_FOUND && (entry.cached.is_none() || drop_cached) {
+                entry.does_not_exist = Some(failure.clone());
+            }
+            entry.server_error = Some(failure);
             let error = XdsError::server_reported(cx.type_url, name, &cx.config.server_uri, status);
-            if data_error && features.fail_on_data_errors {
-                entry.cached = None;
-            }
-            if status.code == Code::NOT_FOUND && entry.cached.is_none() {
-                entry.does_not_exist = true;
-            }
-            entry.fail(&mut self.actions, cx.type_url, error);
+            entry.fail(&mut self.actions, cx.type_url, error, drop_cached);
         }
     }
 
@@ -374,25 +376,27 @@ impl XdsClient {
             {
                 continue; // uncached: the timer decides; TP3 error: counts as present
             }
-            // A88: deletions drop the resource only under fail_on_data_errors, and
-            // never when the server also says ignore_resource_deletion (A53).
-            if features.fail_on_data_errors && !features.ignore_resource_deletion {
-                tracing::trace!(name = %name, "resource deleted");
-                entry.cached = None;
-                entry.nack = None;
-                entry.does_not_exist = true;
-                let why = format!("xDS server {uri:?} removed it (fail_on_data_errors)");
-                let error = XdsError::does_not_exist(cx.type_url, &name, &why);
-                entry.fail(&mut self.actions, cx.type_url, error);
-            } else if !entry
-                .error
-                .as_ref()
-                .is_some_and(|e| e.kind == ErrorKind::DeletionIgnored)
-            {
-                tracing::trace!(name = %name, "resource deletion ignored");
-                let error = XdsError::deletion_ignored(cx.type_url, &name, uri);
-                entry.fail(&mut self.actions, cx.type_url, error);
+            // A88: a deletion drops the resource only under fail_on_data_errors; by
+            // default it is ignored (the value kept, CSDS says DOES_NOT_EXIST). The
+            // deprecated ignore_resource_deletion (A53) no longer changes this.
+            if entry.does_not_exist.is_some() {
+                continue; // reported once, not on every response that omits it
             }
+            let drop_cached = features.fail_on_data_errors;
+            tracing::trace!(name = %name, drop_cached, "resource deleted by the server");
+            let error = if drop_cached {
+                let why = format!("xDS server {uri:?} removed it (fail_on_data_errors)");
+                entry.nack = None;
+                XdsError::does_not_exist(cx.type_url, &name, &why)
+            } else {
+                XdsError::deletion_ignored(cx.type_url, &name, uri)
+            };
+            entry.does_not_exist = Some(UpdateFailure {
+                details: error.status.message.clone(),
+                version: cx.version_info.clone(),
+                at: cx.now,
+            });
+            entry.fail(&mut self.actions, cx.type_url, error, drop_cached);
         }
     }
 }
@@ -475,29 +479,44 @@ impl Decoded {
 
 /// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
 /// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
+/// A wrapped resource is named by its wrapper: when the payload does not decode or
+/// fails validation, the error goes to the wrapper's name, so that its watchers hear
+/// of it and the NACK names it.
 fn decode_one(
     ty: &ResourceTypeInfo,
     any: envelope::Any,
     type_matches: bool,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    let (any, type_matches) = if any.type_url == resource::type_url::RESOURCE_WRAPPER.as_bytes() {
-        let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
-            resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
-        })?;
-        let name = (!wrapper.name.is_empty()).then_some(wrapper.name);
-        let inner = wrapper.resource.ok_or_else(|| resource::DecodeError {
+    if any.type_url != resource::type_url::RESOURCE_WRAPPER.as_bytes() {
+        return decode_payload(ty, any, type_matches);
+    }
+    let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
+        resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
+    })?;
+    let name = (!wrapper.name.is_empty()).then_some(wrapper.name);
+    let Some(inner) = wrapper.resource else {
+        return Err(resource::DecodeError {
             name,
             message: "Resource wrapper has no resource".to_string(),
-        })?;
-        let matches = inner.type_url == ty.type_url();
-        let inner = envelope::Any {
-            type_url: Bytes::from(inner.type_url.into_bytes()),
-            value: inner.value,
-        };
-        (inner, matches)
-    } else {
-        (any, type_matches)
+        });
     };
+    let matches = inner.type_url == ty.type_url();
+    let inner = envelope::Any {
+        type_url: Bytes::from(inner.type_url.into_bytes()),
+        value: inner.value,
+    };
+    decode_payload(ty, inner, matches).map_err(|e| resource::DecodeError {
+        name: name.or(e.name),
+        message: e.message,
+    })
+}
+
+/// Decodes one unwrapped resource whose type URL was checked (`type_matches`).
+fn decode_payload(
+    ty: &ResourceTypeInfo,
+    any: envelope::Any,
+    type_matches: bool,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
     if !type_matches {
         return Err(resource::DecodeError::unnamed(format!(
             "type URL {:?} does not match the response's {:?}",
