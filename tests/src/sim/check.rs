@@ -15,13 +15,15 @@
 //!   on that server, sorted: all of them for authorities with one server, a subset for
 //!   authorities with fallback servers (`request-names-are-subscription`).
 //! - Cache: valid resources are applied byte for byte (`valid-resources-applied`); a
-//!   NACK never changes the cached value of the names it rejects (`nack-keeps-cache`);
+//!   NACK never changes the cached value of the names it rejects, but drops it under
+//!   `fail_on_data_errors` (A88) (`nack-keeps-cache`);
 //!   values reach watchers only from a response that carried them
 //!   (`values-come-from-responses`); a cached value is not replaced by an error unless
 //!   `fail_on_data_errors` allows it (`cached-value-kept`).
 //! - A57: does-not-exist (or its transient form) fires only from the timer, only for an
 //!   uncached resource, and only after its subscription has been sent on a stream that
-//!   has been connected for the whole timeout (`dne-timer-eligibility`,
+//!   has been connected for the whole timeout (A88: the longer transient timeout on a
+//!   server with `resource_timer_is_transient_error`) (`dne-timer-eligibility`,
 //!   `dne-never-for-cached`, `dne-needs-a-reason`); a stream closed before any response
 //!   is a connectivity error for every watcher of its server (with fallback servers:
 //!   at most one such error, A71 may fall back instead) and waits for a backoff
@@ -32,8 +34,10 @@
 //!   `no-stream-without-watch`).
 //! - Watchers (A88): a new watcher gets exactly one initial state, matching the cache
 //!   (`one-initial-state`); an ambient error only reaches a watcher that holds a state
-//!   (`ambient-needs-state`); no update that changes nothing (`no-redundant-update`);
-//!   every watcher of a resource hears the same thing (`notify-all-watchers`); nothing
+//!   (`ambient-needs-state`); no update that changes nothing, except the value told
+//!   again to announce that an ambient error cleared (`no-redundant-update`);
+//!   every watcher of a resource hears the same thing, except that the clearing value
+//!   reaches only the watchers that hold the ambient error (`notify-all-watchers`); nothing
 //!   reaches a cancelled or unknown watcher (`cancelled-watcher-silent`).
 //! - Timers and ids: an early `handle_timeout` is a no-op and a due one does something
 //!   (`early-timeout-is-noop`, `timer-has-reason`); afterwards `poll_timeout()` is in
@@ -122,6 +126,9 @@ pub struct WatcherState {
     pub servers: Vec<ServerConfig>,
     /// The last `Changed` it received: its current value or error; `None` before any.
     pub held: Option<Result<ResourceValue, XdsError>>,
+    /// It was told an ambient error after its last `Changed`: the next `Changed` may
+    /// repeat the value, announcing that the error cleared (A88).
+    pub ambient: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -224,6 +231,8 @@ pub struct CheckedClient {
     bootstrap: Arc<Bootstrap>,
     opts: CheckOptions,
     resource_timeout: Duration,
+    /// The resource timer on a server with `resource_timer_is_transient_error` (A88).
+    transient_resource_timeout: Duration,
     backoff: BackoffConfig,
     types: Vec<ResourceTypeInfo>,
     streams: BTreeMap<StreamId, StreamModel>,
@@ -294,12 +303,14 @@ impl CheckedClient {
     pub fn new(config: XdsClientConfig, seed: u64, opts: CheckOptions) -> CheckedClient {
         let bootstrap = config.bootstrap.clone();
         let resource_timeout = config.resource_timeout;
+        let transient_resource_timeout = config.transient_resource_timeout;
         let backoff = config.backoff;
         CheckedClient {
             client: XdsClient::new(config, seed),
             bootstrap,
             opts,
             resource_timeout,
+            transient_resource_timeout,
             backoff,
             types: builtin_types(),
             streams: BTreeMap::new(),
@@ -408,6 +419,7 @@ impl CheckedClient {
                         authority: authority_of(name),
                         servers,
                         held: None,
+                        ambient: false,
                     },
                 );
                 self.process(now, &Ctx::Watch { watcher: *w, pre }, &actions)?;
@@ -773,6 +785,15 @@ impl CheckedClient {
 
     fn process(&mut self, now: Instant, ctx: &Ctx, actions: &[Action]) -> Result<(), Violation> {
         let mut heard: BTreeMap<WatcherId, Vec<WatchEvent>> = BTreeMap::new();
+        // The watchers holding an ambient error and a value: only they hear the value
+        // again when the error clears (A88).
+        let ambient_before: BTreeMap<WatcherId, ResourceValue> = (self.watchers.iter())
+            .filter(|(_, w)| w.ambient)
+            .filter_map(|(id, w)| match &w.held {
+                Some(Ok(v)) => Some((*id, v.clone())),
+                _ => None,
+            })
+            .collect();
         let mut started: BTreeSet<ServerId> = BTreeSet::new();
         for action in actions {
             match action {
@@ -809,7 +830,9 @@ impl CheckedClient {
                     ));
                 }
             }
-            Ctx::Response { .. } | Ctx::Timeout { .. } => self.check_notify_all(now, &heard)?,
+            Ctx::Response { .. } | Ctx::Timeout { .. } => {
+                self.check_notify_all(now, &heard, &ambient_before)?
+            }
             Ctx::Closed {
                 server,
                 saw_response: true,
@@ -1215,6 +1238,7 @@ impl CheckedClient {
             WatchEvent::Changed(Ok(v)) => {
                 if let Some(Ok(old)) = &w.held
                     && old == v
+                    && !w.ambient
                 {
                     return Err(violation(
                         "no-redundant-update",
@@ -1240,9 +1264,10 @@ impl CheckedClient {
             WatchEvent::Changed(Err(e)) => {
                 match &w.held {
                     Some(Ok(_)) => {
-                        let data_error = e.kind == ErrorKind::DoesNotExist
-                            || (e.kind == ErrorKind::ServerReported
-                                && e.status.code == Code::PERMISSION_DENIED);
+                        let data_error =
+                            matches!(e.kind, ErrorKind::DoesNotExist | ErrorKind::Invalid)
+                                || (e.kind == ErrorKind::ServerReported
+                                    && e.status.code == Code::PERMISSION_DENIED);
                         if !(fail_on_data_errors && data_error) {
                             return Err(violation(
                                 "cached-value-kept",
@@ -1273,8 +1298,13 @@ impl CheckedClient {
             other => panic!("the checker does not know the event {other:?}"),
         }
         let w = self.watchers.get_mut(&n.watcher).expect("known");
-        if let WatchEvent::Changed(state) = &n.event {
-            w.held = Some(state.clone());
+        match &n.event {
+            WatchEvent::Changed(state) => {
+                w.held = Some(state.clone());
+                w.ambient = false;
+            }
+            WatchEvent::AmbientError(_) => w.ambient = true,
+            _ => {}
         }
         Ok(())
     }
@@ -1348,6 +1378,7 @@ impl CheckedClient {
             if !w.servers.contains(&self.servers[&s.server].config) {
                 continue;
             }
+            let timeout = self.resource_timeout_of(&self.servers[&s.server].config);
             let st = s.types.get(w.type_url);
             let sent = st.and_then(|st| st.sent.get(&w.name));
             let unsubscribed = st.is_some_and(|st| st.ever_sent.contains(&w.name));
@@ -1355,7 +1386,7 @@ impl CheckedClient {
             match (s.connected_since, sent) {
                 (Some(c), Some(t)) => {
                     let since = c.max(*t);
-                    if now >= since + self.resource_timeout {
+                    if now >= since + timeout {
                         return Ok(());
                     }
                     let hint = if dropped_unsent {
@@ -1381,10 +1412,18 @@ impl CheckedClient {
             why.push("no open stream to its server".to_string());
         }
         Err(format!(
-            "timeout {:?} has not run on a connected stream ({})",
-            self.resource_timeout,
+            "the resource timer has not run on a connected stream ({})",
             why.join("; ")
         ))
+    }
+
+    /// A88: the resource timer runs longer on a server that treats it as transient.
+    fn resource_timeout_of(&self, server: &ServerConfig) -> Duration {
+        if server.server_features.resource_timer_is_transient_error {
+            self.transient_resource_timeout
+        } else {
+            self.resource_timeout
+        }
     }
 
     fn check_initial_state(
@@ -1468,17 +1507,28 @@ impl CheckedClient {
         Ok(())
     }
 
+    /// Every watcher of a resource hears the same, except that the value told again
+    /// when an ambient error clears reaches only the watchers that held that error.
     fn check_notify_all(
         &self,
         now: Instant,
         heard: &BTreeMap<WatcherId, Vec<WatchEvent>>,
+        ambient_before: &BTreeMap<WatcherId, ResourceValue>,
     ) -> Result<(), Violation> {
         for (id, events) in heard {
             let w = &self.watchers[id];
+            // Told the value it held again (no-redundant-update allowed it: a clearing).
+            let clearing = match &events[..] {
+                [WatchEvent::Changed(Ok(v))] => ambient_before.get(id) == Some(v),
+                _ => false,
+            };
             for (other, ow) in &self.watchers {
+                let spared =
+                    clearing && !ambient_before.contains_key(other) && !heard.contains_key(other);
                 if ow.type_url == w.type_url
                     && ow.name == w.name
                     && heard.get(other) != Some(events)
+                    && !spared
                 {
                     return Err(violation(
                         "notify-all-watchers",
@@ -1567,8 +1617,11 @@ impl CheckedClient {
                 let before = pre
                     .iter()
                     .find(|p| p.type_url == r.type_url && p.name == r.name);
+                // A88: under fail_on_data_errors a NACK drops the cached value.
+                let dropped = server.server_features.fail_on_data_errors && r.value.is_none();
                 if let Some(b) = before
                     && (b.raw != r.raw || b.value != r.value)
+                    && !dropped
                 {
                     return Err(violation(
                         "nack-keeps-cache",

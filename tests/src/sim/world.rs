@@ -626,6 +626,8 @@ impl World {
                 .map_err(|e| fail("sim-bootstrap", format!("{e}: {json}")))?;
             let mut config = XdsClientConfig::new(bootstrap);
             config.resource_timeout = plan.resource_timeout;
+            // A88's 30 s for 15 s, scaled like the plan's timeout.
+            config.transient_resource_timeout = 2 * plan.resource_timeout;
             let mut cc =
                 CheckedClient::new(config, rng.next_u64(), CheckOptions { exact_timing: true });
             if opts.planted_bug {
@@ -641,7 +643,7 @@ impl World {
 
         let start = Instant::from_secs(1_000);
         let heal_at = start + plan.safety;
-        let bound = Duration::from_secs(150) + plan.resource_timeout + Duration::from_secs(60);
+        let bound = Duration::from_secs(150) + 2 * plan.resource_timeout + Duration::from_secs(60);
         let mut world = World {
             seed,
             opts,

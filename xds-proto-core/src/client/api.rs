@@ -309,7 +309,8 @@ impl XdsClientConfig {
 pub enum ResourceStatusKind {
     /// Subscribed; nothing received yet.
     Requested,
-    /// Known not to exist.
+    /// Known not to exist; with a value still cached when an LDS/CDS deletion was
+    /// ignored (A88's default), as C-core reports it.
     DoesNotExist,
     /// Received and accepted.
     Acked,
@@ -321,7 +322,9 @@ pub enum ResourceStatusKind {
     Timeout,
 }
 
-/// The last rejected update of a resource.
+/// The last rejected update of a resource, a server-reported error, or why it does
+/// not exist (`details`; `version` is the response's, or the type's last accepted one
+/// when the timer fired).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpdateFailure {
     /// Why it was rejected.
@@ -349,7 +352,8 @@ pub struct ResourceSnapshot {
     pub raw: Option<Bytes>,
     /// The decoded value.
     pub value: Option<ResourceValue>,
-    /// The last rejected update, or the server-reported error.
+    /// The server-reported error, else the last rejected update, else why it does
+    /// not exist (every [`ResourceStatusKind::DoesNotExist`] has one).
     pub error_state: Option<UpdateFailure>,
     /// How many watchers it has.
     pub watchers: usize,

@@ -47,9 +47,9 @@ pub(super) struct ResourceEntry {
     pub(super) server_error: Option<UpdateFailure>,
     /// The error that stands for new watchers: ambient when cached, the state otherwise.
     pub(super) error: Option<XdsError>,
-    /// Some watcher holds an ambient error beside the cached value: the next valid
-    /// copy announces that it cleared (see [`WatchEvent::Changed`]).
-    pub(super) ambient_told: bool,
+    /// The watchers that hold an ambient error beside the cached value: the next valid
+    /// copy tells them that it cleared (see [`WatchEvent::Changed`]).
+    pub(super) ambient_holders: Vec<WatcherId>,
     /// The servers (by position in the authority's list, see [`timer_bit`]) whose
     /// does-not-exist timer for it is armed.
     pub(super) timed_on: u64,
@@ -73,7 +73,7 @@ impl ResourceEntry {
             nack: None,
             server_error: None,
             error: None,
-            ambient_told: false,
+            ambient_holders: Vec::new(),
             timed_on: 0,
             seen_in: 0,
             seen_at: 0,
@@ -170,10 +170,10 @@ impl ResourceEntry {
         }
         self.error = Some(error.clone());
         let event = if self.cached.is_some() {
-            self.ambient_told = true;
+            self.ambient_holders.clone_from(&self.watchers);
             WatchEvent::AmbientError(error)
         } else {
-            self.ambient_told = false;
+            self.ambient_holders.clear();
             WatchEvent::Changed(Err(error))
         };
         self.notify_all(actions, type_url, event);
@@ -187,7 +187,9 @@ impl ResourceEntry {
         type_url: &'static str,
         error: &XdsError,
     ) {
-        self.ambient_told |= self.cached.is_some();
+        if self.cached.is_some() {
+            self.ambient_holders.clone_from(&self.watchers);
+        }
         let event = if self.is_cached() {
             WatchEvent::AmbientError(error.clone())
         } else {
@@ -197,8 +199,8 @@ impl ResourceEntry {
     }
 
     /// A valid copy arrived (`update` is `None` when its bytes are the cached ones):
-    /// every error clears, and the watchers hear of the value if it changed, or
-    /// again if they hold an ambient error that has now cleared.
+    /// every error clears, and the watchers hear of the value if it changed; if not,
+    /// those that hold an ambient error hear the value again, as the error cleared.
     pub(super) fn fill(
         &mut self,
         actions: &mut VecDeque<Action>,
@@ -212,7 +214,7 @@ impl ResourceEntry {
         self.does_not_exist = None;
         self.timed_out = false;
         self.error = None;
-        let cleared = std::mem::take(&mut self.ambient_told);
+        let cleared = std::mem::take(&mut self.ambient_holders);
         let unchanged = match (&update, self.cached.as_mut()) {
             (None, Some(c)) => Some(c),
             (Some((value, raw)), Some(c)) if c.raw == raw || c.value.equals(value) => {
@@ -227,9 +229,13 @@ impl ResourceEntry {
         };
         if let Some(c) = unchanged {
             c.version = version.clone();
-            if cleared {
-                let value = c.value.clone();
-                self.notify_all(actions, type_url, WatchEvent::Changed(Ok(value)));
+            for watcher in cleared {
+                actions.push_back(Action::Notify(Notification {
+                    watcher,
+                    type_url,
+                    name: self.name.clone(),
+                    event: WatchEvent::Changed(Ok(c.value.clone())),
+                }));
             }
             return;
         }

@@ -282,10 +282,13 @@ impl XdsClient {
             let name = entry.name.clone();
             self.watchers.insert(id, (t, name.clone()));
             let events = entry.initial_events(conn.as_ref());
-            entry.ambient_told |= entry.cached.is_some()
+            if entry.cached.is_some()
                 && events
                     .iter()
-                    .any(|e| matches!(e, WatchEvent::AmbientError(_)));
+                    .any(|e| matches!(e, WatchEvent::AmbientError(_)))
+            {
+                entry.ambient_holders.push(id);
+            }
             for event in events {
                 self.actions.push_back(Action::Notify(Notification {
                     watcher: id,
@@ -335,6 +338,7 @@ impl XdsClient {
             return;
         };
         entry.watchers.retain(|w| *w != watcher);
+        entry.ambient_holders.retain(|w| *w != watcher);
         if !entry.watchers.is_empty() {
             return;
         }
