@@ -1581,6 +1581,43 @@ fn a_cleared_error_is_announced_by_the_value_again() {
     );
 }
 
+/// Item 4, per watcher: the value told again reaches only the watchers that hold the
+/// ambient error; one that started after the error cleared hears nothing.
+#[test]
+fn the_clearing_value_reaches_only_the_watchers_that_hold_the_error() {
+    let mut h = Harness::new();
+    let (s, ws) = with_cached_clusters(&mut h, &["c1"]);
+    h.watch::<Lds>("l1");
+    assert_eq!(h.expect_request(s), Req::new(LDS, &["l1"], "", ""));
+    h.sent(s);
+    h.connectivity_failure(0, "blip");
+    // l1 is not cached yet: its watcher's state is the error; c1's is ambient.
+    assert_eq!(
+        changed_error(&h.expect_notify()).kind,
+        ErrorKind::Connectivity
+    );
+    assert_eq!(
+        ambient_error(&h.expect_notify()).kind,
+        ErrorKind::Connectivity
+    );
+    // An LDS response clears the server's error; a new CDS watcher hears only the value.
+    h.respond(s, LDS, "1", "l", vec![listener("l1", "r1")]);
+    h.take();
+    h.sent(s);
+    let late = h.watch::<Cds>("c1");
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, late);
+    value_of(&n);
+    h.expect_nothing();
+    // The same cluster again: only the watcher that held the error is told.
+    h.respond(s, CDS, "2", "n2", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, ws[0]);
+    value_of(&n);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "2", "n2"));
+    h.expect_nothing();
+}
+
 /// Item 5: an ignored LDS/CDS deletion shows in CSDS as DOES_NOT_EXIST with the cached
 /// config (as C-core reports it) and the reason; the A78 state is
 /// `does_not_exist_but_cached`. Every DOES_NOT_EXIST entry has an `error_state`.
