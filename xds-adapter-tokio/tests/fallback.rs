@@ -309,8 +309,10 @@ async fn fallback_to_the_secondary_and_back_to_the_restarted_primary() {
     let csds = pool.csds_response().await;
     assert_eq!(csds_version(&csds, "xds:///target-b", "c-diff"), "f1");
     assert_eq!(csds_version(&csds, "xds:///target-a", "c-diff"), "p1");
-    // Identical bytes from the fallback: no notification; A never falls back.
-    assert_eq!(b_same.values(), [1024]);
+    // Identical bytes from the fallback: B's watcher, which holds the primary's
+    // connectivity error, is told the same value again, as the error cleared (A88);
+    // A never falls back.
+    assert_eq!(b_same.values(), [1024, 1024]);
     assert_eq!(a_same.values(), [1024]);
     assert_eq!(a_diff.values(), [100], "A does not see the fallback's data");
     let fallback_stats = fallback.stats();
@@ -346,8 +348,10 @@ async fn fallback_to_the_secondary_and_back_to_the_restarted_primary() {
             cluster_with("c-new", 300),
         ],
     );
-    a_same.until_values(&[1024, 777]).await;
-    b_same.until_values(&[1024, 777]).await;
+    // A held the primary's connectivity error: its restart re-sent the same c-same
+    // and c-diff, told again as the error cleared (A88), before the new 777.
+    a_same.until_values(&[1024, 1024, 777]).await;
+    b_same.until_values(&[1024, 1024, 777]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         fallback.requests().len(),
@@ -358,9 +362,9 @@ async fn fallback_to_the_secondary_and_back_to_the_restarted_primary() {
     assert_eq!(fallback.stats().open_streams, 0);
 
     // Nothing lost, nothing spurious: each watcher's whole history.
-    assert_eq!(a_same.values(), [1024, 777]);
-    assert_eq!(a_diff.values(), [100]);
-    assert_eq!(b_same.values(), [1024, 777]);
+    assert_eq!(a_same.values(), [1024, 1024, 777]);
+    assert_eq!(a_diff.values(), [100, 100]); // the same again: the error cleared
+    assert_eq!(b_same.values(), [1024, 1024, 777]);
     assert_eq!(b_diff.values(), [100, 2, 100]);
     assert_eq!(b_new.values(), [3, 300]);
     for w in [&a_same, &a_diff, &b_same, &b_diff, &b_new] {
