@@ -191,6 +191,7 @@ fn stats_delta(after: ServerStats, before: ServerStats) -> ServerStats {
         acks: after.acks - before.acks,
         nacks: after.nacks - before.nacks,
         responses: after.responses - before.responses,
+        responses_taken: after.responses_taken - before.responses_taken,
     }
 }
 

@@ -175,3 +175,13 @@ fn load_bootstrap_from_env_reads_the_config_variable() {
         assert!(e.to_string().contains("GRPC_XDS_BOOTSTRAP"), "{e}");
     }
 }
+
+#[async_std::test]
+async fn a_stuck_watcher_holds_only_the_newest_state() {
+    suite::stuck_watcher_holds_only_the_newest_state::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
+async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
+    suite::slow_driver_slows_a_fast_server::<AsyncStdRuntime>().await;
+}

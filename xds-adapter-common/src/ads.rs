@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
-use futures::Stream;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use futures::channel::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
+use futures::{SinkExt, Stream};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use xds_proto_core::AdsRequest;
 use xds_proto_core::bootstrap::ServerConfig;
@@ -156,7 +156,12 @@ pub(crate) struct StreamTask<R> {
     pub(crate) slot: Arc<ChannelSlot>,
     pub(crate) settings: Arc<TransportSettings>,
     pub(crate) requests: UnboundedReceiver<AdsRequest>,
+    /// Every report but the inbound ones: few and small, never held back.
     pub(crate) reports: UnboundedSender<TaskMessage>,
+    /// Responses, and the end of the stream after them: bounded, so that the task
+    /// reads the stream only as fast as the driver takes them, and HTTP/2 flow control
+    /// slows the server down instead of the client buffering without limit.
+    pub(crate) inbound: Sender<TaskMessage>,
 }
 
 impl<R: Runtime> StreamTask<R> {
@@ -169,7 +174,7 @@ impl<R: Runtime> StreamTask<R> {
 
     /// Connects (or reuses the server's connection), runs the stream, and reports
     /// until it ends.
-    pub(crate) async fn run(self) {
+    pub(crate) async fn run(mut self) {
         let server_uri: Arc<str> = Arc::from(self.config.server_uri.as_str());
         let on_closed = {
             let reports = self.reports.clone();
@@ -237,11 +242,12 @@ impl<R: Runtime> StreamTask<R> {
                 Err(status) => Report::Closed(core_status(&status)),
             };
             let last = matches!(report, Report::Closed(_));
-            let _ = self.reports.unbounded_send(TaskMessage::Stream {
+            let message = TaskMessage::Stream {
                 stream: self.stream,
                 report,
-            });
-            if last {
+            };
+            // Waits for room: meanwhile the next response stays unread in HTTP/2.
+            if self.inbound.send(message).await.is_err() || last {
                 return;
             }
         }

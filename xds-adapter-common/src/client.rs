@@ -23,7 +23,7 @@ use crate::metrics::{DEFAULT_METRICS_INTERVAL, MetricsExporter, STANDALONE_TARGE
 use crate::pool::ClientPool;
 use crate::runtime::Runtime;
 use crate::transport::TransportSettings;
-use crate::watch::{ChannelEventStream, RawWatchStream, WatchStream};
+use crate::watch::{ChannelEventStream, RawWatchStream, WatchSender, WatchSlot, WatchStream};
 
 /// Why a client call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -402,13 +402,13 @@ impl<R> Client<R> {
     /// [`Error::Watch`] when the core refuses the name (unknown type or authority),
     /// [`Error::Shutdown`] when the client has stopped.
     pub async fn watch<T: XdsResourceType>(&self, name: &str) -> Result<WatchStream<T>, Error> {
-        let (events_tx, events) = mpsc::unbounded();
+        let events = Arc::new(WatchSlot::default());
         let (reply, answer) = oneshot::channel();
         self.send(Command::Watch {
             type_url: T::TYPE_URL,
             watch: XdsClient::watch::<T>,
             name: name.to_string(),
-            events: events_tx,
+            events: WatchSender::new(events.clone()),
             reply,
         })?;
         let mut answer = PendingWatch {

@@ -3,12 +3,17 @@
 //! stream's selector, or its timer), makes the one matching mutation, drains
 //! `poll_action()` until it is empty (notifications of the config streams' dependency
 //! managers go to them, see [`ConfigWatches`]), and sleeps until `poll_timeout()`.
+//!
+//! Nothing reaches the driver faster than it can take it: commands come first, and
+//! responses wait in a channel of a few ([`INBOUND_BUFFER`]), so a fast server is held
+//! back by HTTP/2 flow control; watch streams keep only the newest state
+//! ([`WatchSender`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::task::Poll;
 
-use futures::channel::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use futures::channel::mpsc::{self, Receiver, Sender, UnboundedReceiver, UnboundedSender};
 use futures::channel::oneshot;
 use futures::future::{AbortHandle, Abortable};
 use futures::{FutureExt, StreamExt};
@@ -26,6 +31,7 @@ use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
 use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime};
 use crate::transport::{ChannelSlot, TransportSettings};
+use crate::watch::WatchSender;
 
 /// What the transport did, as the client reports it to [`Client::channel_events`]
 /// subscribers: which server is in use, connection attempts and their failures, the
@@ -141,6 +147,12 @@ pub enum ChannelEvent {
     },
 }
 
+/// How many responses may wait between the stream tasks and the driver (plus one per
+/// stream task, which futures' bounded channel guarantees each sender). A stream task
+/// holding a response it cannot hand over reads no further, so the server is slowed by
+/// HTTP/2 flow control instead of the client buffering a backlog.
+const INBOUND_BUFFER: usize = 2;
+
 /// A command from a handle to the driver.
 pub(crate) enum Command {
     Watch {
@@ -148,7 +160,7 @@ pub(crate) enum Command {
         /// `XdsClient::watch::<T>` of the watched type.
         watch: fn(&mut XdsClient, &str) -> Result<WatcherId, WatchError>,
         name: String,
-        events: UnboundedSender<WatchEvent>,
+        events: WatchSender,
         reply: oneshot::Sender<Result<WatcherId, WatchError>>,
     },
     Cancel(WatcherId),
@@ -197,7 +209,10 @@ pub(crate) struct Driver<R: Runtime> {
     commands: UnboundedReceiver<Command>,
     reports_tx: UnboundedSender<TaskMessage>,
     reports: UnboundedReceiver<TaskMessage>,
-    watchers: HashMap<WatcherId, UnboundedSender<WatchEvent>>,
+    inbound_tx: Sender<TaskMessage>,
+    /// The stream tasks' responses (see [`INBOUND_BUFFER`]).
+    inbound: Receiver<TaskMessage>,
+    watchers: HashMap<WatcherId, WatchSender>,
     configs: ConfigWatches,
     streams: HashMap<StreamId, StreamEntry>,
     channels: HashMap<ServerId, Arc<ChannelSlot>>,
@@ -218,6 +233,7 @@ impl<R: Runtime> Driver<R> {
         metrics: MetricsExporter,
     ) -> Driver<R> {
         let (reports_tx, reports) = mpsc::unbounded();
+        let (inbound_tx, inbound) = mpsc::channel(INBOUND_BUFFER);
         Driver {
             core,
             rt,
@@ -225,6 +241,8 @@ impl<R: Runtime> Driver<R> {
             commands,
             reports_tx,
             reports,
+            inbound_tx,
+            inbound,
             watchers: HashMap::new(),
             configs: ConfigWatches::new(),
             streams: HashMap::new(),
@@ -242,26 +260,7 @@ impl<R: Runtime> Driver<R> {
         let shutdown_reply = loop {
             self.drain_actions();
             self.arm_timer();
-            let input = futures::future::poll_fn(|cx| {
-                if let Poll::Ready(Some(m)) = self.reports.poll_next_unpin(cx) {
-                    return Poll::Ready(Input::Task(m));
-                }
-                match self.commands.poll_next_unpin(cx) {
-                    Poll::Ready(Some(c)) => return Poll::Ready(Input::Command(c)),
-                    Poll::Ready(None) => return Poll::Ready(Input::Closed),
-                    Poll::Pending => {}
-                }
-                if let Poll::Ready(id) = self.configs.poll_released(cx) {
-                    return Poll::Ready(Input::Released(id));
-                }
-                if let Some((deadline, sleep)) = &mut self.sleep
-                    && sleep.poll_unpin(cx).is_ready()
-                {
-                    return Poll::Ready(Input::Timer(*deadline));
-                }
-                Poll::Pending
-            })
-            .await;
+            let input = futures::future::poll_fn(|cx| self.poll_input(cx)).await;
             let now = self.rt.now();
             match input {
                 Input::Task(message) => self.on_task_message(message, now),
@@ -286,6 +285,32 @@ impl<R: Runtime> Driver<R> {
         if let Some(reply) = shutdown_reply {
             let _ = reply.send(());
         }
+    }
+
+    /// The next input, by priority: commands first (a shutdown or a cancel never
+    /// waits behind responses), then the small reports of the stream tasks, released
+    /// clusters, the timer, and last the responses, of which at most a few wait.
+    fn poll_input(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Input> {
+        match self.commands.poll_next_unpin(cx) {
+            Poll::Ready(Some(c)) => return Poll::Ready(Input::Command(c)),
+            Poll::Ready(None) => return Poll::Ready(Input::Closed),
+            Poll::Pending => {}
+        }
+        if let Poll::Ready(Some(m)) = self.reports.poll_next_unpin(cx) {
+            return Poll::Ready(Input::Task(m));
+        }
+        if let Poll::Ready(id) = self.configs.poll_released(cx) {
+            return Poll::Ready(Input::Released(id));
+        }
+        if let Some((deadline, sleep)) = &mut self.sleep
+            && sleep.poll_unpin(cx).is_ready()
+        {
+            return Poll::Ready(Input::Timer(*deadline));
+        }
+        if let Poll::Ready(Some(m)) = self.inbound.poll_next_unpin(cx) {
+            return Poll::Ready(Input::Task(m));
+        }
+        Poll::Pending
     }
 
     /// Keeps one sleep armed for the earlier of the core's next deadline and the next
@@ -521,6 +546,7 @@ impl<R: Runtime> Driver<R> {
                     settings: self.settings.clone(),
                     requests,
                     reports: self.reports_tx.clone(),
+                    inbound: self.inbound_tx.clone(),
                 };
                 let (abort, registration) = AbortHandle::new_pair();
                 let fut = Abortable::new(task.run(), registration)
@@ -609,7 +635,7 @@ impl<R: Runtime> Driver<R> {
                     return;
                 }
                 if let Some(sender) = self.watchers.get(&n.watcher)
-                    && sender.unbounded_send(n.event).is_err()
+                    && !sender.publish(n.event)
                 {
                     // The stream was dropped; its cancel command, on its way, will
                     // find nothing left to do.

@@ -1,11 +1,15 @@
 //! The streams a client hands out: typed and untyped watch streams (dropping one
 //! cancels its watch) and the stream of channel events.
+//!
+//! A watch stream is fed through a [`WatchSlot`], not a queue: the driver overwrites,
+//! the reader takes, so a reader that stops reading holds at most two events (see
+//! [`WatchStream`] for the policy) however fast the resource changes.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
 use futures::channel::mpsc::UnboundedReceiver;
@@ -53,11 +57,137 @@ impl<V> WatchUpdate<V> {
     }
 }
 
+/// What a watch stream holds unread: the newest `Changed` and the newest ambient error
+/// since the last read, and which of the two came first.
+#[derive(Default)]
+struct Unread {
+    changed: Option<WatchEvent>,
+    ambient: Option<WatchEvent>,
+    /// The pending ambient error arrived before the pending change.
+    ambient_first: bool,
+    /// The driver let go: the stream ends once the unread events are read.
+    closed: bool,
+    /// The reader let go: publishing is pointless.
+    reader_gone: bool,
+    waker: Option<Waker>,
+}
+
+impl Unread {
+    fn take(&mut self) -> Option<WatchEvent> {
+        if self.ambient_first || self.changed.is_none() {
+            self.ambient_first = false;
+            if let Some(e) = self.ambient.take() {
+                return Some(e);
+            }
+        }
+        self.changed.take().or_else(|| self.ambient.take())
+    }
+}
+
+/// The slot between the driver and one watch stream, with latest-value semantics: a
+/// `Changed` replaces the unread `Changed` (value or error), an ambient error replaces
+/// the unread ambient error, and they are read in the order they arrived.
+#[derive(Default)]
+pub(crate) struct WatchSlot(Mutex<Unread>);
+
+impl WatchSlot {
+    fn lock(&self) -> MutexGuard<'_, Unread> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Leaves `event` for the reader and wakes it; false when the reader is gone.
+    pub(crate) fn publish(&self, event: WatchEvent) -> bool {
+        let (replaced, waker) = {
+            let mut unread = self.lock();
+            if unread.reader_gone {
+                return false;
+            }
+            let replaced = match event {
+                WatchEvent::AmbientError(_) => {
+                    unread.ambient_first = false;
+                    unread.ambient.replace(event)
+                }
+                // A change, or a kind this adapter does not know yet: latest wins.
+                _ => {
+                    unread.ambient_first = unread.ambient.is_some();
+                    unread.changed.replace(event)
+                }
+            };
+            (replaced, unread.waker.take())
+        };
+        // Dropped outside the lock: a value may be large.
+        drop(replaced);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        true
+    }
+
+    /// How many events wait unread (at most two).
+    pub(crate) fn unread(&self) -> usize {
+        let unread = self.lock();
+        usize::from(unread.changed.is_some()) + usize::from(unread.ambient.is_some())
+    }
+
+    /// Ends the stream once its unread events are read.
+    pub(crate) fn close(&self) {
+        let waker = {
+            let mut unread = self.lock();
+            unread.closed = true;
+            unread.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
+        let mut unread = self.lock();
+        if let Some(event) = unread.take() {
+            return Poll::Ready(Some(event));
+        }
+        if unread.closed {
+            return Poll::Ready(None);
+        }
+        unread.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn reader_dropped(&self) {
+        let mut unread = self.lock();
+        unread.reader_gone = true;
+        unread.changed = None;
+        unread.ambient = None;
+    }
+}
+
+/// The driver's end of a [`WatchSlot`]: dropping it ends the stream, as dropping a
+/// channel's sender would.
+pub(crate) struct WatchSender(Arc<WatchSlot>);
+
+impl WatchSender {
+    pub(crate) fn new(slot: Arc<WatchSlot>) -> WatchSender {
+        WatchSender(slot)
+    }
+
+    /// See [`WatchSlot::publish`].
+    pub(crate) fn publish(&self, event: WatchEvent) -> bool {
+        self.0.publish(event)
+    }
+}
+
+impl Drop for WatchSender {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// An untyped watch: yields the core's [`WatchEvent`]s for one resource until the
-/// client shuts down. Dropping it cancels the watch. It keeps its client running (and,
-/// in a pool, keeps the pool handing out the same client for its target).
+/// client shuts down, with the latest-value policy of [`WatchStream`]. Dropping it
+/// cancels the watch. It keeps its client running (and, in a pool, keeps the pool
+/// handing out the same client for its target).
 pub struct RawWatchStream {
-    events: UnboundedReceiver<WatchEvent>,
+    events: Arc<WatchSlot>,
     client: Arc<Inner>,
     watcher: WatcherId,
     type_url: Arc<str>,
@@ -66,7 +196,7 @@ pub struct RawWatchStream {
 
 impl RawWatchStream {
     pub(crate) fn new(
-        events: UnboundedReceiver<WatchEvent>,
+        events: Arc<WatchSlot>,
         client: Arc<Inner>,
         watcher: WatcherId,
         type_url: &str,
@@ -95,6 +225,11 @@ impl RawWatchStream {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// How many events wait unread: never more than two (see [`WatchStream`]).
+    pub fn unread(&self) -> usize {
+        self.events.unread()
+    }
 }
 
 impl fmt::Debug for RawWatchStream {
@@ -110,13 +245,14 @@ impl fmt::Debug for RawWatchStream {
 impl Stream for RawWatchStream {
     type Item = WatchEvent;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
-        Pin::new(&mut self.events).poll_next(cx)
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
+        self.events.poll_take(cx)
     }
 }
 
 impl Drop for RawWatchStream {
     fn drop(&mut self) {
+        self.events.reader_dropped();
         let _ = self
             .client
             .commands
@@ -127,6 +263,22 @@ impl Drop for RawWatchStream {
 /// A typed watch of one resource of type `T` (`WatchStream<Cds>`): yields
 /// [`WatchUpdate`]s of `T`'s value until the client shuts down. Dropping it cancels
 /// the watch.
+///
+/// # A slow reader sees the newest state, not a backlog
+///
+/// Updates are not queued. The stream holds, unread, at most the newest
+/// [`Changed`](WatchUpdate::Changed) and the newest
+/// [`AmbientError`](WatchUpdate::AmbientError) since the last read, so a reader that
+/// falls behind (or stops reading) costs at most two updates of memory:
+///
+/// - a `Changed` replaces the unread `Changed`, whether value or error (a
+///   `Changed(Err)` replaces a pending value, and a new value a pending error);
+/// - an ambient error replaces the unread ambient error;
+/// - both kinds are kept apart, so no kind of error is lost behind the other, and they
+///   are read in the order they arrived: the value first, then an ambient error that
+///   arrived after it (an ambient error followed by a newer change is read first).
+///
+/// A reader that keeps up sees every update, as before.
 pub struct WatchStream<T> {
     raw: RawWatchStream,
     _type: PhantomData<fn() -> T>,
@@ -153,6 +305,11 @@ impl<T: XdsResourceType> WatchStream<T> {
     /// The watched resource's name.
     pub fn name(&self) -> &str {
         &self.raw.name
+    }
+
+    /// How many updates wait unread: never more than two (see the type's policy).
+    pub fn unread(&self) -> usize {
+        self.raw.unread()
     }
 }
 
@@ -199,5 +356,83 @@ impl Stream for ChannelEventStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ChannelEvent>> {
         Pin::new(&mut self.events).poll_next(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::task::noop_waker_ref;
+    use xds_proto_core::resource::ResourceValue;
+    use xds_proto_core::{Code, ErrorKind, Status};
+
+    use super::*;
+
+    fn value(v: u32) -> WatchEvent {
+        WatchEvent::Changed(Ok(ResourceValue::new(v)))
+    }
+
+    fn error(kind: ErrorKind, message: &str) -> XdsError {
+        XdsError {
+            kind,
+            status: Status::new(Code::UNAVAILABLE, message),
+        }
+    }
+
+    fn ambient(message: &str) -> WatchEvent {
+        WatchEvent::AmbientError(error(ErrorKind::Connectivity, message))
+    }
+
+    fn read_all(slot: &WatchSlot) -> Vec<WatchEvent> {
+        let mut cx = Context::from_waker(noop_waker_ref());
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(e)) = slot.poll_take(&mut cx) {
+            out.push(e);
+        }
+        out
+    }
+
+    #[test]
+    fn a_slow_reader_gets_the_newest_value_then_the_ambient_error_after_it() {
+        let slot = WatchSlot::default();
+        for v in 0..1000 {
+            assert!(slot.publish(value(v)));
+        }
+        slot.publish(ambient("lost"));
+        slot.publish(ambient("lost again"));
+        assert_eq!(slot.unread(), 2);
+        assert_eq!(read_all(&slot), vec![value(999), ambient("lost again")]);
+        assert_eq!(slot.unread(), 0);
+    }
+
+    #[test]
+    fn an_ambient_error_before_a_newer_change_is_read_first() {
+        let slot = WatchSlot::default();
+        slot.publish(value(1));
+        slot.publish(ambient("nacked"));
+        slot.publish(value(2));
+        assert_eq!(read_all(&slot), vec![ambient("nacked"), value(2)]);
+    }
+
+    #[test]
+    fn a_changed_error_replaces_a_pending_value_and_keeps_the_ambient_one() {
+        let slot = WatchSlot::default();
+        slot.publish(value(1));
+        slot.publish(ambient("lost"));
+        let gone = WatchEvent::Changed(Err(error(ErrorKind::DoesNotExist, "gone")));
+        slot.publish(gone.clone());
+        assert_eq!(read_all(&slot), vec![ambient("lost"), gone]);
+    }
+
+    #[test]
+    fn the_stream_ends_after_its_unread_events_and_a_gone_reader_refuses_events() {
+        let slot = Arc::new(WatchSlot::default());
+        let sender = WatchSender::new(slot.clone());
+        assert!(sender.publish(value(1)));
+        drop(sender);
+        let mut cx = Context::from_waker(noop_waker_ref());
+        assert_eq!(slot.poll_take(&mut cx), Poll::Ready(Some(value(1))));
+        assert_eq!(slot.poll_take(&mut cx), Poll::Ready(None));
+        slot.reader_dropped();
+        assert!(!slot.publish(value(2)), "nobody reads");
     }
 }

@@ -105,3 +105,13 @@ async fn building_outside_a_runtime_is_an_error_not_a_panic() {
         "{result:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_watcher_holds_only_the_newest_state() {
+    suite::stuck_watcher_holds_only_the_newest_state::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
+    suite::slow_driver_slows_a_fast_server::<TokioRuntime>().await;
+}

@@ -71,8 +71,11 @@ pub struct ServerStats {
     pub acks: u64,
     /// NACKs received.
     pub nacks: u64,
-    /// Responses sent.
+    /// Responses sent (queued for the stream).
     pub responses: u64,
+    /// Responses HTTP/2 took from the stream's queue: written, or waiting for the
+    /// client's flow-control window. `responses - responses_taken` wait in the server.
+    pub responses_taken: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -623,7 +626,32 @@ impl tower_service::Service<tonic::Request<Streaming<DiscoveryRequest>>> for Str
             undecodable_sent,
         };
         tokio::spawn(session.run(request.into_inner()));
-        futures::future::ready(Ok(tonic::Response::new(Box::pin(rx) as ResponseStream)))
+        let outbound = CountTaken {
+            queue: rx,
+            shared: self.shared.clone(),
+        };
+        futures::future::ready(Ok(tonic::Response::new(
+            Box::pin(outbound) as ResponseStream
+        )))
+    }
+}
+
+/// A stream's response queue as tonic reads it: counts what HTTP/2 takes.
+struct CountTaken {
+    queue: mpsc::UnboundedReceiver<Result<Outbound, tonic::Status>>,
+    shared: Arc<Shared>,
+}
+
+impl Stream for CountTaken {
+    type Item = Result<Outbound, tonic::Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = Pin::new(&mut self.queue).poll_next(cx);
+        if let Poll::Ready(Some(Ok(Outbound::Response(_)))) = &next {
+            self.shared.lock().stats.responses_taken += 1;
+            self.shared.bump();
+        }
+        next
     }
 }
 

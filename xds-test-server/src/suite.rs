@@ -9,10 +9,14 @@
 mod a78;
 mod client_closes;
 mod drops;
+mod load;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
 pub use client_closes::client_closed_streams_are_published;
 pub use drops::dropped_watches_are_cancelled;
+pub use load::{
+    SlowDriver, slow_driver_slows_a_fast_server, stuck_watcher_holds_only_the_newest_state,
+};
 
 use std::future::Future;
 use std::pin::pin;
