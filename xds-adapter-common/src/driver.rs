@@ -29,7 +29,7 @@ use xds_proto_core::{
 use crate::ads::{Report, StreamTask, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
 use crate::metrics::MetricsExporter;
-use crate::runtime::{BoxFuture, Runtime};
+use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::transport::{ChannelSlot, TransportSettings};
 use crate::watch::WatchSender;
 
@@ -219,6 +219,8 @@ pub(crate) struct Driver<R: Runtime> {
     subscribers: Vec<UnboundedSender<ChannelEvent>>,
     sleep: Option<(Instant, BoxFuture<()>)>,
     metrics: MetricsExporter,
+    /// Maps the core's instants to the wall-clock times CSDS reports.
+    wall_clock: WallClock,
     /// The stream whose response is the input being handled: a `CloseStream` for it
     /// means the response was unusable.
     responding: Option<StreamId>,
@@ -234,6 +236,7 @@ impl<R: Runtime> Driver<R> {
     ) -> Driver<R> {
         let (reports_tx, reports) = mpsc::unbounded();
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_BUFFER);
+        let wall_clock = WallClock::starting_at(rt.now());
         Driver {
             core,
             rt,
@@ -250,6 +253,7 @@ impl<R: Runtime> Driver<R> {
             subscribers: Vec::new(),
             sleep: None,
             metrics,
+            wall_clock,
             responding: None,
         }
     }
@@ -360,12 +364,12 @@ impl<R: Runtime> Driver<R> {
                 let _ = reply.send(self.core.resource_snapshot());
             }
             Command::Csds(reply) => {
-                let _ = reply.send(self.core.csds_configs());
+                let _ = reply.send(self.csds_configs());
             }
             Command::ClientConfig(reply) => {
                 let _ = reply.send(CsdsClientConfig {
                     node: Some(self.core.node().clone()),
-                    generic_xds_configs: self.core.csds_configs(),
+                    generic_xds_configs: self.csds_configs(),
                     ..Default::default()
                 });
             }
@@ -390,6 +394,12 @@ impl<R: Runtime> Driver<R> {
             }
             Command::Shutdown(_) => unreachable!("handled by the loop"),
         }
+    }
+
+    /// The core's CSDS entries, their times as wall-clock times.
+    fn csds_configs(&self) -> Vec<GenericXdsConfig> {
+        let wall_clock = self.wall_clock;
+        self.core.csds_configs_at(|at| wall_clock.timestamp(at))
     }
 
     fn on_task_message(&mut self, message: TaskMessage, now: Instant) {

@@ -1,14 +1,16 @@
 //! The small trait through which the shared code uses a runtime: spawning a task,
 //! reading the clock, sleeping, and opening a TCP connection. Everything else (TLS,
-//! HTTP/2, gRPC, the drive loop) is written once on top of it.
+//! HTTP/2, gRPC, the drive loop) is written once on top of it. [`WallClock`] maps the
+//! runtime's instants back to wall-clock times for what must show them (CSDS).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::io::{AsyncRead, AsyncWrite};
 use xds_proto_core::Instant;
+use xds_proto_core::pb::google::protobuf::Timestamp;
 
 /// A boxed, sendable future, as the runtime trait passes them around.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -48,5 +50,82 @@ impl<R: Runtime, F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F>
 {
     fn execute(&self, fut: F) {
         self.0.spawn(Box::pin(fut));
+    }
+}
+
+/// Which wall-clock time a runtime [`Instant`] is: the runtime's instant and the system
+/// time read together when a client starts, so that an instant maps to the system time
+/// at the start plus the runtime time elapsed since (virtual time, under a paused
+/// clock). The core keeps no clock; an adapter may read the system's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WallClock {
+    start: Instant,
+    start_wall: SystemTime,
+}
+
+impl WallClock {
+    /// The mapping anchored at `start` on the runtime's clock, read now.
+    pub(crate) fn starting_at(start: Instant) -> WallClock {
+        WallClock::anchored(start, SystemTime::now())
+    }
+
+    /// The mapping in which `start` is `start_wall`.
+    pub(crate) fn anchored(start: Instant, start_wall: SystemTime) -> WallClock {
+        WallClock { start, start_wall }
+    }
+
+    /// The wall-clock time of `at`.
+    pub(crate) fn system_time(&self, at: Instant) -> SystemTime {
+        if at >= self.start {
+            self.start_wall + (at - self.start)
+        } else {
+            self.start_wall - (self.start - at)
+        }
+    }
+
+    /// The protobuf `Timestamp` of `at` (as CSDS reports it).
+    pub(crate) fn timestamp(&self, at: Instant) -> Timestamp {
+        match self.system_time(at).duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp {
+                seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+            },
+            Err(before) => {
+                // Before 1970: whole seconds down, nanoseconds forward (as protobuf's).
+                let d = before.duration();
+                let mut seconds = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+                let mut nanos = -i32::try_from(d.subsec_nanos()).unwrap_or(0);
+                if nanos < 0 {
+                    seconds -= 1;
+                    nanos += 1_000_000_000;
+                }
+                Timestamp { seconds, nanos }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instant_is_the_start_time_plus_the_runtime_time_since() {
+        let start_wall = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let clock = WallClock::anchored(Instant::from_secs(5), start_wall);
+        let later = clock.timestamp(Instant::from_millis(7_250));
+        assert_eq!((later.seconds, later.nanos), (1_700_000_002, 250_000_000));
+        let earlier = clock.timestamp(Instant::from_millis(4_500));
+        assert_eq!(
+            (earlier.seconds, earlier.nanos),
+            (1_699_999_999, 500_000_000)
+        );
+    }
+
+    #[test]
+    fn times_before_1970_count_nanoseconds_forward() {
+        let clock = WallClock::anchored(Instant::from_secs(10), UNIX_EPOCH);
+        let t = clock.timestamp(Instant::from_millis(8_750));
+        assert_eq!((t.seconds, t.nanos), (-2, 750_000_000), "-1.25 s");
     }
 }

@@ -409,3 +409,63 @@ async fn stream_client_status_answers_every_request_with_the_current_state() {
     pool.shutdown().await;
     server.stop().await;
 }
+
+/// How far `timestamp` is from the wall clock now, in seconds either way.
+fn seconds_from_now(timestamp: &envoy_types::pb::google::protobuf::Timestamp) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let at = timestamp.seconds as f64 + f64::from(timestamp.nanos) * 1e-9;
+    (now - at).abs()
+}
+
+/// CSDS times are wall-clock times (the core's instants are virtual, counted from the
+/// client's start): an ACKed resource's `last_updated` and a NACKed one's
+/// `last_update_attempt` are within seconds of `SystemTime::now()`, not near 1970.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csds_timestamps_are_wall_clock_times() {
+    let server = LoopbackServer::start();
+    server.set_resources(
+        CDS,
+        "c-1",
+        vec![cluster_with("cluster-a", 1), invalid_cluster("cluster-bad")],
+    );
+    let bootstrap = Bootstrap::from_json_str(&server.bootstrap_json("clock-node", None)).unwrap();
+    let pool = ClientPool::builder(bootstrap).build_pool().unwrap();
+    let alpha = pool.get_or_create(ALPHA);
+    let mut good = alpha.watch::<Cds>("cluster-a").await.unwrap();
+    let mut bad = alpha.watch::<Cds>("cluster-bad").await.unwrap();
+    assert_eq!(next(&mut good).await.value().unwrap().max_requests, 1);
+    assert_eq!(error_kind(&next(&mut bad).await), Some(ErrorKind::Invalid));
+
+    let csds = CsdsServer::serve(pool.clone(), "127.0.0.1:0")
+        .await
+        .unwrap();
+    let response = connect(&csds)
+        .await
+        .fetch_client_status(ClientStatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let a = scope(&response, ALPHA);
+    let updated = resource(a, CDS, "cluster-a")
+        .last_updated
+        .as_ref()
+        .expect("last_updated");
+    assert!(seconds_from_now(updated) < 10.0, "last_updated {updated:?}");
+    let attempt = resource(a, CDS, "cluster-bad")
+        .error_state
+        .as_ref()
+        .and_then(|e| e.last_update_attempt.as_ref())
+        .expect("last_update_attempt");
+    assert!(
+        seconds_from_now(attempt) < 10.0,
+        "last_update_attempt {attempt:?}"
+    );
+
+    csds.shutdown().await;
+    drop((good, bad, alpha));
+    pool.shutdown().await;
+    server.stop().await;
+}

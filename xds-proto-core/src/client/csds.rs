@@ -10,6 +10,7 @@ use crate::metrics::{
     CacheState, OLD_STYLE_AUTHORITY, ResourceCount, ServerMetrics, TypeUpdates, XdsClientMetrics,
     resource_type_label,
 };
+use crate::pb::google::protobuf::Timestamp;
 use crate::time::Instant;
 
 impl XdsClient {
@@ -73,20 +74,31 @@ impl XdsClient {
         XdsClientMetrics { servers, resources }
     }
 
-    /// The CSDS `GenericXdsConfig` entries of this client.
+    /// The CSDS `GenericXdsConfig` entries of this client, its times given as the time
+    /// since the [`Instant`] origin (a simulation's clock). An embedder whose instants
+    /// stand for wall-clock times uses [`csds_configs_at`](Self::csds_configs_at).
     pub fn csds_configs(
         &self,
     ) -> Vec<crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig> {
-        use crate::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
-        use crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
-        use crate::pb::google::protobuf::{Any, Timestamp};
-        let timestamp = |at: Instant| {
+        self.csds_configs_at(|at| {
             let d = at.since_origin();
             Timestamp {
                 seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
                 nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
             }
-        };
+        })
+    }
+
+    /// The CSDS `GenericXdsConfig` entries of this client, each time (`last_updated`,
+    /// `error_state.last_update_attempt`) mapped by `timestamp`: the core keeps no
+    /// clock, so only the embedder knows which wall-clock time an [`Instant`] is.
+    pub fn csds_configs_at(
+        &self,
+        timestamp: impl Fn(Instant) -> Timestamp,
+    ) -> Vec<crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig> {
+        use crate::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+        use crate::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+        use crate::pb::google::protobuf::Any;
         self.resource_snapshot()
             .into_iter()
             .map(|r| GenericXdsConfig {
@@ -97,7 +109,7 @@ impl XdsClient {
                     type_url: r.type_url.to_string(),
                     value,
                 }),
-                last_updated: r.last_updated.map(timestamp),
+                last_updated: r.last_updated.map(&timestamp),
                 config_status: 0,
                 client_status: match r.status {
                     ResourceStatusKind::Requested => ClientResourceStatus::Requested,
