@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::future::{self, Either};
 use futures::io::{AsyncRead, AsyncWrite};
-use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig};
+use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig, ServerTarget};
 
 use crate::io::HyperIo;
 use crate::runtime::{BoxFuture, HyperExecutor, Runtime};
@@ -48,8 +48,8 @@ impl Default for TransportSettings {
 
 /// A server URI split into host and port.
 ///
-/// Accepts `host:port`, `[v6]:port`, `dns:///host:port`, `dns:host:port` and a bare
-/// host (port 443).
+/// Accepts what the bootstrap accepts ([`ServerTarget`]): `host:port`, `[v6]:port`,
+/// `dns:///host:port`, `dns:host:port` and a bare host (port 443).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     /// The host name or IP literal (without brackets).
@@ -60,37 +60,12 @@ pub struct Target {
 
 impl Target {
     /// Parses a bootstrap `server_uri`.
+    ///
+    /// # Errors
+    /// Why it is no target the transport can dial (as the bootstrap says it).
     pub fn parse(uri: &str) -> Result<Target, String> {
-        let rest = uri
-            .strip_prefix("dns:///")
-            .or_else(|| uri.strip_prefix("dns:"))
-            .unwrap_or(uri);
-        if rest.contains("://") || rest.starts_with("unix:") {
-            return Err(format!(
-                "unsupported server URI {uri:?}: only host:port and dns: targets are supported"
-            ));
-        }
-        let bad = || format!("invalid server URI {uri:?}");
-        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-            let (host, after) = v6.split_once(']').ok_or_else(bad)?;
-            match after.strip_prefix(':') {
-                Some(p) => (host, p.parse().map_err(|_| bad())?),
-                None if after.is_empty() => (host, 443),
-                None => return Err(bad()),
-            }
-        } else {
-            match rest.rsplit_once(':') {
-                Some((host, p)) => (host, p.parse().map_err(|_| bad())?),
-                None => (rest, 443),
-            }
-        };
-        if host.is_empty() {
-            return Err(bad());
-        }
-        Ok(Target {
-            host: host.to_string(),
-            port,
-        })
+        let ServerTarget { host, port } = ServerTarget::parse(uri)?;
+        Ok(Target { host, port })
     }
 
     /// The HTTP origin tonic puts into the request (`http://` or `https://`).

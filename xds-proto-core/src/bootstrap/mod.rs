@@ -8,7 +8,7 @@
 //! adapter supplies.
 //!
 //! The parts: `json` reads typed fields with their paths, `error` is the error type,
-//! `server` parses the servers and their channel credentials, and `node` the node
+//! `server` parses the servers (their URIs, channel credentials), and `node` the node
 //! identity. This module holds the types, the loading entry points, authorities and
 //! their listener name templates (A47), and certificate provider instances.
 
@@ -28,6 +28,7 @@ pub use error::{BootstrapError, BootstrapErrorKind};
 
 use json::{as_object, child, keyed, opt_object, opt_string, quote, required_string};
 use node::parse_node;
+pub use server::ServerTarget;
 use server::parse_server_list;
 
 /// The environment variable naming the bootstrap file; checked first.
@@ -160,7 +161,8 @@ pub struct AuthorityConfig {
 pub struct CertificateProviderConfig {
     /// The plugin that implements the provider, never empty.
     pub plugin_name: String,
-    /// The plugin's configuration, uninterpreted; `{}` when absent.
+    /// The plugin's configuration, a JSON object otherwise uninterpreted; `{}` when
+    /// absent.
     pub config: Value,
 }
 
@@ -347,10 +349,11 @@ fn parse_certificate_provider(
 ) -> Result<CertificateProviderConfig, BootstrapError> {
     let obj = as_object(value, path)?;
     let plugin_name = required_string(obj, path, "plugin_name")?;
-    let config = obj
-        .get("config")
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Map::new()));
+    let config = Value::Object(
+        opt_object(obj, path, "config")?
+            .cloned()
+            .unwrap_or_default(),
+    );
     Ok(CertificateProviderConfig {
         plugin_name,
         config,

@@ -1,7 +1,9 @@
-//! The `xds_servers` entries: each server's URI, its channel credentials (the first
-//! supported `channel_creds` type; TLS with its certificate files and refresh interval)
-//! and its `server_features`.
+//! The `xds_servers` entries: each server's URI (a gRPC target the transport can dial,
+//! checked here so that a bad one fails the bootstrap instead of every connection
+//! attempt), its channel credentials (the first supported `channel_creds` type; TLS
+//! with its certificate files and refresh interval) and its `server_features`.
 
+use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -33,6 +35,12 @@ pub(super) fn parse_server_list(
 fn parse_server(value: &Value, path: &str) -> Result<ServerConfig, BootstrapError> {
     let obj = as_object(value, path)?;
     let server_uri = required_string(obj, path, "server_uri")?;
+    ServerTarget::parse(&server_uri).map_err(|reason| {
+        BootstrapError::new(
+            child(path, "server_uri"),
+            BootstrapErrorKind::Invalid(reason),
+        )
+    })?;
     let creds_path = child(path, "channel_creds");
     let channel_creds = match obj.get("channel_creds") {
         None => return Err(BootstrapError::new(creds_path, BootstrapErrorKind::Missing)),
@@ -47,6 +55,114 @@ fn parse_server(value: &Value, path: &str) -> Result<ServerConfig, BootstrapErro
         channel_creds,
         server_features,
     })
+}
+
+/// A server URI split into the host and port to connect to.
+///
+/// gRPC's `server_uri` is a gRPC target; those the transport can dial are `host:port`,
+/// `[v6]:port`, `dns:///host:port`, `dns:host:port` and a bare host (port 443). Other
+/// schemes (`http://`, `unix:`) and DNS authorities (`dns://8.8.8.8/host`) are refused.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ServerTarget {
+    /// The host name or IP literal (without brackets).
+    pub host: String,
+    /// The port, never 0.
+    pub port: u16,
+}
+
+/// The schemes of gRPC targets that name no TCP host, written without `//`.
+const OTHER_SCHEMES: &[&str] = &["unix", "unix-abstract", "vsock", "ipv4", "ipv6"];
+
+impl ServerTarget {
+    /// Parses a `server_uri`.
+    ///
+    /// # Errors
+    /// Why the URI is no target the transport can dial, quoting it.
+    pub fn parse(uri: &str) -> Result<ServerTarget, String> {
+        let rest = match uri.strip_prefix("dns:") {
+            Some(after) => match after.strip_prefix("//") {
+                Some(authority_and_path) => {
+                    let (authority, path) = authority_and_path
+                        .split_once('/')
+                        .unwrap_or((authority_and_path, ""));
+                    if !authority.is_empty() {
+                        return Err(format!(
+                            "a DNS authority ({}) is not supported in {}",
+                            quote(authority),
+                            quote(uri)
+                        ));
+                    }
+                    path
+                }
+                None => after,
+            },
+            None => uri,
+        };
+        let scheme = match rest.split_once("://") {
+            Some((scheme, _)) => Some(scheme),
+            None => OTHER_SCHEMES
+                .iter()
+                .copied()
+                .find(|s| rest.strip_prefix(s).is_some_and(|r| r.starts_with(':'))),
+        };
+        if let Some(scheme) = scheme {
+            return Err(format!(
+                "unsupported scheme {} in {}: a server URI is a gRPC target such as \
+                 host:port or dns:///host:port",
+                quote(scheme),
+                quote(uri)
+            ));
+        }
+        let (host, port) = split_host_port(rest, uri)?;
+        let port = match port {
+            None => 443,
+            Some(p) => p.parse().ok().filter(|&p| p != 0).ok_or_else(|| {
+                format!(
+                    "invalid port {} in {}: expected a number from 1 to 65535",
+                    quote(p),
+                    quote(uri)
+                )
+            })?,
+        };
+        Ok(ServerTarget {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+/// Splits `rest` (the URI `uri` without its `dns:` prefix) into a checked host and the
+/// port text, if any.
+fn split_host_port<'a>(rest: &'a str, uri: &str) -> Result<(&'a str, Option<&'a str>), String> {
+    if let Some(bracketed) = rest.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or_else(|| format!("unclosed \"[\" in {}", quote(uri)))?;
+        if host.parse::<Ipv6Addr>().is_err() {
+            return Err(format!(
+                "invalid IPv6 address {} in {}",
+                quote(host),
+                quote(uri)
+            ));
+        }
+        return match after.strip_prefix(':') {
+            Some(port) => Ok((host, Some(port))),
+            None if after.is_empty() => Ok((host, None)),
+            None => Err(format!("expected \":port\" after \"]\" in {}", quote(uri))),
+        };
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (rest, None),
+    };
+    if host.is_empty() {
+        return Err(format!("empty host in {}", quote(uri)));
+    }
+    let host_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+    if !host.chars().all(host_char) {
+        return Err(format!("invalid host {} in {}", quote(host), quote(uri)));
+    }
+    Ok((host, port))
 }
 
 /// Validates every entry's shape and picks the first supported type.

@@ -1071,7 +1071,7 @@ fn truncated_documents_never_panic() {
         "xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "tls", "config": {"refresh_interval": "1.5s"}}], "server_features": ["x"]}],
         "node": {"id": "i", "locality": {"zone": "z"}, "metadata": {"a": [1, {"b": null}]}},
         "authorities": {"a": {"client_listener_resource_name_template": "xdstp://a/%s", "xds_servers": []}},
-        "certificate_providers": {"p": {"plugin_name": "x", "config": 1}}
+        "certificate_providers": {"p": {"plugin_name": "x", "config": {"k": 1}}}
     })
     .to_string();
     assert!(Bootstrap::from_json_str(&full).is_ok());
@@ -1107,4 +1107,137 @@ quickcheck::quickcheck! {
         let b = Bootstrap::from_json_str(MINIMAL).unwrap();
         b.servers_for_authority(Some(&name)).is_err()
     }
+}
+
+/// `server_uri` is a gRPC target the transport can dial: `host:port`, `[v6]:port`,
+/// `dns:///host:port`, `dns:host:port`, or a bare host (port 443).
+#[test]
+fn server_uris_are_grpc_targets() {
+    let target = |host: &str, port| ServerTarget {
+        host: host.into(),
+        port,
+    };
+    let accepted = [
+        ("127.0.0.1:18000", target("127.0.0.1", 18000)),
+        ("xds.example:443", target("xds.example", 443)),
+        ("xds.example", target("xds.example", 443)),
+        ("dns:///xds.example:8443", target("xds.example", 8443)),
+        ("dns:xds.example:8443", target("xds.example", 8443)),
+        ("[::1]:18000", target("::1", 18000)),
+        ("[::1]", target("::1", 443)),
+        ("dns:///[2001:db8::1]:80", target("2001:db8::1", 80)),
+        ("my_host-1.internal:1", target("my_host-1.internal", 1)),
+    ];
+    for (uri, expected) in accepted {
+        assert_eq!(ServerTarget::parse(uri), Ok(expected), "{uri}");
+        let b = parse(with_server(
+            json!({"server_uri": uri, "channel_creds": [{"type": "insecure"}]}),
+        ))
+        .unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert_eq!(b.xds_servers[0].server_uri, uri, "kept as written");
+    }
+}
+
+#[test]
+fn a_server_uri_the_transport_cannot_dial_is_a_bootstrap_error() {
+    let s = |uri: &str| json!({"server_uri": uri, "channel_creds": [{"type": "insecure"}]});
+    let cases = [
+        (
+            "http://127.0.0.1:18000",
+            r#"xds_servers[0].server_uri: unsupported scheme "http" in "http://127.0.0.1:18000": a server URI is a gRPC target such as host:port or dns:///host:port"#,
+        ),
+        (
+            "https://xds.example",
+            r#"xds_servers[0].server_uri: unsupported scheme "https" in "https://xds.example": a server URI is a gRPC target such as host:port or dns:///host:port"#,
+        ),
+        (
+            "unix:///tmp/xds.sock",
+            r#"xds_servers[0].server_uri: unsupported scheme "unix" in "unix:///tmp/xds.sock": a server URI is a gRPC target such as host:port or dns:///host:port"#,
+        ),
+        (
+            "dns://8.8.8.8/xds.example:443",
+            r#"xds_servers[0].server_uri: a DNS authority ("8.8.8.8") is not supported in "dns://8.8.8.8/xds.example:443""#,
+        ),
+        (
+            ":18000",
+            r#"xds_servers[0].server_uri: empty host in ":18000""#,
+        ),
+        (
+            "dns:///:443",
+            r#"xds_servers[0].server_uri: empty host in "dns:///:443""#,
+        ),
+        (
+            "xds.example:http",
+            r#"xds_servers[0].server_uri: invalid port "http" in "xds.example:http": expected a number from 1 to 65535"#,
+        ),
+        (
+            "xds.example:70000",
+            r#"xds_servers[0].server_uri: invalid port "70000" in "xds.example:70000": expected a number from 1 to 65535"#,
+        ),
+        (
+            "xds.example:0",
+            r#"xds_servers[0].server_uri: invalid port "0" in "xds.example:0": expected a number from 1 to 65535"#,
+        ),
+        (
+            "xds.example:",
+            r#"xds_servers[0].server_uri: invalid port "" in "xds.example:": expected a number from 1 to 65535"#,
+        ),
+        (
+            "xds example:443",
+            r#"xds_servers[0].server_uri: invalid host "xds example" in "xds example:443""#,
+        ),
+        (
+            "[::1:18000",
+            r#"xds_servers[0].server_uri: unclosed "[" in "[::1:18000""#,
+        ),
+        (
+            "[not-v6]:80",
+            r#"xds_servers[0].server_uri: invalid IPv6 address "not-v6" in "[not-v6]:80""#,
+        ),
+        (
+            "[::1]x",
+            r#"xds_servers[0].server_uri: expected ":port" after "]" in "[::1]x""#,
+        ),
+        (
+            "::1",
+            r#"xds_servers[0].server_uri: invalid host ":" in "::1""#,
+        ),
+    ];
+    for (uri, expected) in cases {
+        assert_eq!(err(with_server(s(uri))), expected, "{uri}");
+    }
+    // In an authority's list too, with its path.
+    let authority = with(
+        "authorities",
+        json!({"a.example": {"xds_servers": [s("ok:1"), s("http://x:1")]}}),
+    );
+    assert!(err(authority).starts_with(
+        r#"authorities["a.example"].xds_servers[1].server_uri: unsupported scheme "http""#
+    ),);
+    let e = parse(with_server(s("http://x:1"))).unwrap_err();
+    assert_eq!(e.path, "xds_servers[0].server_uri");
+    assert!(matches!(e.kind, BootstrapErrorKind::Invalid(_)));
+}
+
+#[test]
+fn a_certificate_provider_config_must_be_an_object() {
+    let provider = |config: Value| {
+        with(
+            "certificate_providers",
+            json!({"p": {"plugin_name": "file_watcher", "config": config}}),
+        )
+    };
+    assert_eq!(
+        err(provider(json!("/etc/certs"))),
+        r#"certificate_providers["p"].config: expected object, got string"#
+    );
+    assert_eq!(
+        err(provider(json!([1]))),
+        r#"certificate_providers["p"].config: expected object, got array"#
+    );
+    let b = parse(provider(json!({"certificate_file": "/c.pem"}))).unwrap();
+    assert_eq!(
+        b.certificate_providers["p"].config,
+        json!({"certificate_file": "/c.pem"})
+    );
 }
