@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::channel::mpsc::{self, UnboundedSender};
 use futures::channel::oneshot;
 use xds_proto_core::backoff::BackoffConfig;
-use xds_proto_core::bootstrap::BootstrapError;
+use xds_proto_core::bootstrap::{BootstrapError, TargetError};
 use xds_proto_core::client::DuplicateTypeError;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
@@ -33,6 +33,13 @@ pub enum Error {
     Bootstrap(BootstrapError),
     /// The core refused the watch.
     Watch(WatchError),
+    /// A data-plane target names no listener (gRFC A47).
+    Target {
+        /// The target as given.
+        target: String,
+        /// Why.
+        error: TargetError,
+    },
     /// A resource type was registered twice.
     DuplicateType(DuplicateTypeError),
     /// No runtime to run on (for example, tokio's `build()` outside a tokio runtime).
@@ -46,6 +53,7 @@ impl fmt::Display for Error {
         match self {
             Error::Bootstrap(e) => write!(f, "xDS bootstrap: {e}"),
             Error::Watch(e) => write!(f, "watch refused: {e}"),
+            Error::Target { target, error } => write!(f, "target {target:?}: {error}"),
             Error::DuplicateType(e) => e.fmt(f),
             Error::NoRuntime(why) => write!(f, "no runtime: {why}"),
             Error::Shutdown => f.write_str("the xDS client has shut down"),
@@ -58,6 +66,7 @@ impl std::error::Error for Error {
         match self {
             Error::Bootstrap(e) => Some(e),
             Error::Watch(e) => Some(e),
+            Error::Target { error, .. } => Some(error),
             Error::DuplicateType(e) => Some(e),
             Error::NoRuntime(_) | Error::Shutdown => None,
         }
@@ -441,6 +450,25 @@ impl<R> Client<R> {
     /// when the client has stopped.
     pub async fn watch_config(&self, listener: &str) -> Result<ConfigStream, Error> {
         self.watch_config_for_authority(listener, listener).await
+    }
+
+    /// Follows the configuration of a data-plane target such as `xds:///foo.example` or
+    /// `xds://authority/foo` (gRFC A47): its listener name comes from the bootstrap's
+    /// listener name template (the authority's, when the target names one), and virtual
+    /// hosts are chosen by its path as the data-plane authority. See
+    /// [`Bootstrap::resolve_target`].
+    ///
+    /// # Errors
+    /// [`Error::Target`] when the target names no listener; otherwise as for
+    /// [`watch_config`](Self::watch_config).
+    pub async fn watch_config_for_target(&self, target: &str) -> Result<ConfigStream, Error> {
+        let resolved =
+            (self.bootstrap().resolve_target(target)).map_err(|error| Error::Target {
+                target: target.to_owned(),
+                error,
+            })?;
+        self.watch_config_for_authority(&resolved.listener_name, &resolved.data_plane_authority)
+            .await
     }
 
     /// Like [`watch_config`](Self::watch_config), choosing virtual hosts by

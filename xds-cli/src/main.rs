@@ -18,7 +18,9 @@
 //! `--listener` follows the client's config stream (`Client::watch_config`: gRFC A74's
 //! dependency manager in the client's driver, with gRFC A31's config selector): each
 //! configuration is printed as what changed (routes, clusters, endpoints with health
-//! and weight) and where sample RPCs go. `--lds/--rds/--cds/--eds` watch single
+//! and weight) and where sample RPCs go. Without `--listener`, `--target xds:///NAME`
+//! (or `xds://AUTHORITY/NAME`) follows the listener the bootstrap's listener name
+//! templates give the target (`Client::watch_config_for_target`, gRFC A47). `--lds/--rds/--cds/--eds` watch single
 //! resources and print each update. `--json` prints JSON documents instead. NACKs with
 //! their reasons, connectivity loss and recovery, and the server in use come from the
 //! client's channel events. `--csds` dumps the client's CSDS view on exit (the response
@@ -131,7 +133,9 @@ struct Args {
     #[arg(long, value_name = "HOST:PORT")]
     csds_listen: Option<String>,
     /// The data-plane target the client is for (its CSDS client_scope); default
-    /// xds:///LISTENER with --listener, else xds-cli.
+    /// xds:///LISTENER with --listener, else xds-cli. Without --listener, an xds:
+    /// target (xds:///NAME, xds://AUTHORITY/NAME) is followed: its listener name comes
+    /// from the bootstrap's listener name templates (gRFC A47).
     #[arg(long, value_name = "TARGET")]
     target: Option<String>,
     /// Exit after this many seconds (default: 12 for the demo, otherwise run until Ctrl-C).
@@ -251,11 +255,14 @@ async fn main() {
     START.get_or_init(tokio::time::Instant::now);
     let (bootstrap, demo_server) = bootstrap(&args);
     let demo = demo_server.is_some();
-    let listener = (args.listener.clone())
-        .or_else(|| demo.then(|| xds_test_server::demo::LISTENER.to_string()));
+    let follow = follow(&args, &bootstrap, demo);
+    let listener = follow.as_ref().map(|f| f.listener().to_string());
     let singles = [&args.lds, &args.rds, &args.cds, &args.eds];
     if listener.is_none() && singles.iter().all(|names| names.is_empty()) {
-        fail("nothing to watch: give --listener NAME, or --lds/--rds/--cds/--eds NAME");
+        fail(
+            "nothing to watch: give --listener NAME, --target xds:///NAME, \
+             or --lds/--rds/--cds/--eds NAME",
+        );
     }
     let mut builder = Client::builder(bootstrap).user_agent("xds-cli", env!("CARGO_PKG_VERSION"));
     if let Some(t) = args.resource_timeout.or(demo.then_some(3.0)) {
@@ -290,7 +297,7 @@ async fn main() {
     let mut printer = Printer::new(args.json, args.verbose);
     let duration = args.duration.or(demo.then_some(12.0));
     // The watches stay until CSDS has been dumped.
-    let watches = run(&client, &args, listener.as_deref(), duration, &mut printer).await;
+    let watches = run(&client, &args, follow.as_ref(), duration, &mut printer).await;
     if args.csds || demo {
         print_csds(&pool, args.json).await;
     }
@@ -307,6 +314,35 @@ async fn main() {
     }
 }
 
+/// Whose configuration to follow: `--listener` names the listener; else an `xds:`
+/// `--target` names it through the bootstrap's listener name templates (gRFC A47).
+enum Follow {
+    Listener(String),
+    Target { target: String, listener: String },
+}
+
+impl Follow {
+    fn listener(&self) -> &str {
+        match self {
+            Follow::Listener(name) | Follow::Target { listener: name, .. } => name,
+        }
+    }
+}
+
+/// What to follow, if anything; exits when an `xds:` `--target` names no listener.
+fn follow(args: &Args, bootstrap: &Bootstrap, demo: bool) -> Option<Follow> {
+    if let Some(name) = &args.listener {
+        return Some(Follow::Listener(name.clone()));
+    }
+    if let Some(target) = args.target.as_ref().filter(|t| t.starts_with("xds:")) {
+        let listener = (bootstrap.listener_name_for_target(target))
+            .unwrap_or_else(|e| fail(format!("--target {target}: {e}")));
+        let target = target.clone();
+        return Some(Follow::Target { target, listener });
+    }
+    demo.then(|| Follow::Listener(xds_test_server::demo::LISTENER.to_string()))
+}
+
 /// The config stream and the single watches.
 type Watches = (Option<ConfigStream>, SelectAll<BoxStream<'static, Update>>);
 
@@ -314,21 +350,24 @@ type Watches = (Option<ConfigStream>, SelectAll<BoxStream<'static, Update>>);
 async fn run(
     client: &Client,
     args: &Args,
-    listener: Option<&str>,
+    follow: Option<&Follow>,
     duration: Option<f64>,
     printer: &mut Printer,
 ) -> Watches {
     let mut channel_events = client.channel_events();
-    let mut configs = match listener {
-        Some(name) => {
-            say!(
-                "{} following listener {name:?}: LDS → RDS → CDS → EDS, one consistent configuration at a time",
-                stamp()
-            );
-            Some(client.watch_config(name).await.unwrap_or_else(|e| fail(e)))
-        }
+    let listener = follow.map(Follow::listener);
+    if let Some(name) = listener {
+        say!(
+            "{} following listener {name:?}: LDS → RDS → CDS → EDS, one consistent configuration at a time",
+            stamp()
+        );
+    }
+    let mut configs = match follow {
+        Some(Follow::Listener(name)) => Some(client.watch_config(name).await),
+        Some(Follow::Target { target, .. }) => Some(client.watch_config_for_target(target).await),
         None => None,
-    };
+    }
+    .map(|started| started.unwrap_or_else(|e| fail(e)));
     let mut watches = single_watches(client, args).await;
     let deadline = async {
         match duration {

@@ -64,3 +64,17 @@ fn a_server_uri_with_a_bad_port_is_a_startup_error() {
     );
 }
 
+#[test]
+fn a_target_naming_an_unknown_authority_is_a_startup_error() {
+    let (code, stderr) = run_xds(&[
+        "--server",
+        "127.0.0.1:18000",
+        "--target",
+        "xds://nope.example/foo",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(r#"--target xds://nope.example/foo: authority "nope.example" is not in the bootstrap's authorities"#),
+        "{stderr}"
+    );
+}

@@ -8,9 +8,10 @@
 //! adapter supplies.
 //!
 //! The parts: `json` reads typed fields with their paths, `error` is the error type,
-//! `server` parses the servers (their URIs, channel credentials), and `node` the node
-//! identity. This module holds the types, the loading entry points, authorities and
-//! their listener name templates (A47), and certificate provider instances.
+//! `server` parses the servers (their URIs, channel credentials), `node` the node
+//! identity, and `target` resolves data-plane targets to listener names through the
+//! templates (A47). This module holds the types, the loading entry points, authorities
+//! and their listener name templates, and certificate provider instances.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +22,7 @@ mod error;
 mod json;
 mod node;
 mod server;
+mod target;
 #[cfg(test)]
 mod tests;
 
@@ -30,6 +32,7 @@ use json::{as_object, child, keyed, opt_object, opt_string, quote, required_stri
 use node::parse_node;
 pub use server::ServerTarget;
 use server::parse_server_list;
+pub use target::{ResolvedTarget, TargetError};
 
 /// The environment variable naming the bootstrap file; checked first.
 pub const BOOTSTRAP_FILE_ENV: &str = "GRPC_XDS_BOOTSTRAP";
