@@ -73,7 +73,7 @@ fn server(g: &mut Gen) -> ServerConfig {
         }
     };
     ServerConfig {
-        server_uri: non_empty(g),
+        server_uri: server_uri(g),
         channel_creds,
         server_features: ServerFeatures {
             ignore_resource_deletion: bool::arbitrary(g),
@@ -81,6 +81,26 @@ fn server(g: &mut Gen) -> ServerConfig {
             resource_timer_is_transient_error: bool::arbitrary(g),
             trusted_xds_server: bool::arbitrary(g),
         },
+    }
+}
+
+/// A server URI the bootstrap accepts: a host name or IP literal, with or without a
+/// port and a `dns:` prefix.
+fn server_uri(g: &mut Gen) -> String {
+    let letters: String = (0..1 + usize::from(u8::arbitrary(g) % 8))
+        .map(|_| char::from(b'a' + u8::arbitrary(g) % 26))
+        .collect();
+    let host = match u8::arbitrary(g) % 3 {
+        0 => format!("{letters}.example"),
+        1 => std::net::Ipv4Addr::from(u32::arbitrary(g)).to_string(),
+        _ => format!("[{}]", std::net::Ipv6Addr::from(u128::arbitrary(g))),
+    };
+    let port = u16::arbitrary(g).max(1);
+    match u8::arbitrary(g) % 4 {
+        0 => host,
+        1 => format!("{host}:{port}"),
+        2 => format!("dns:///{host}:{port}"),
+        _ => format!("dns:{host}:{port}"),
     }
 }
 
@@ -113,11 +133,9 @@ impl Arbitrary for GenBootstrap {
             .collect();
         let certificate_providers = (0..u8::arbitrary(g) % 2)
             .map(|_| {
-                let config = if bool::arbitrary(g) {
-                    Value::Object(json_object(g, 2))
-                } else {
-                    json_value(g, 1)
-                };
+                // A provider's config is an object (anything else is refused).
+                let depth = 1 + u32::from(bool::arbitrary(g));
+                let config = Value::Object(json_object(g, depth));
                 (
                     String::arbitrary(g),
                     CertificateProviderConfig {
