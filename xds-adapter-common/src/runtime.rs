@@ -1,6 +1,6 @@
 //! The small trait through which the shared code uses a runtime: spawning a task,
 //! reading the clock, sleeping, and opening a TCP connection. Everything else (TLS,
-//! HTTP/2, gRPC, the drive loop) is written once on top of it. [`WallClock`] maps the
+//! HTTP/2, gRPC, the drive loop) is written once on top of it. `WallClock` maps the
 //! runtime's instants back to wall-clock times for what must show them (CSDS).
 
 use std::future::Future;
