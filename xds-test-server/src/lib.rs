@@ -36,6 +36,7 @@
 mod codec;
 pub mod config_suite;
 pub mod demo;
+pub mod echo;
 pub mod recorder;
 pub mod resources;
 mod server;

@@ -139,8 +139,8 @@ impl Shared {
 }
 
 /// Where the server's tasks run.
-#[derive(Clone)]
-enum Host {
+#[derive(Clone, Debug)]
+pub(crate) enum Host {
     /// The runtime that created the server.
     Caller(tokio::runtime::Handle),
     /// A dedicated thread, whose runtime lives as long as `_keep_alive`.
@@ -151,7 +151,36 @@ enum Host {
 }
 
 impl Host {
-    fn handle(&self) -> &tokio::runtime::Handle {
+    /// The calling tokio runtime, or else a new one on a thread named `thread`, which
+    /// runs until the last clone of the returned host is dropped.
+    pub(crate) fn for_caller(thread: &str) -> Host {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => Host::Caller(handle),
+            Err(_) => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime for a loopback server");
+                let handle = rt.handle().clone();
+                let (keep, until) = std::sync::mpsc::sync_channel::<()>(0);
+                std::thread::Builder::new()
+                    .name(thread.into())
+                    .spawn(move || {
+                        // Runs the server's tasks until the last handle is dropped.
+                        rt.block_on(async move {
+                            let _ = tokio::task::spawn_blocking(move || until.recv()).await;
+                        });
+                    })
+                    .expect("a thread for a loopback server");
+                Host::Thread {
+                    handle,
+                    _keep_alive: Arc::new(keep),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
         match self {
             Host::Caller(handle) | Host::Thread { handle, .. } => handle,
         }
@@ -205,30 +234,7 @@ impl LoopbackServer {
     /// # Panics
     /// When the port cannot be bound.
     pub fn start_with(tls: Option<Arc<rustls::ServerConfig>>, port: u16) -> LoopbackServer {
-        let host = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => Host::Caller(handle),
-            Err(_) => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime for the loopback server");
-                let handle = rt.handle().clone();
-                let (keep, until) = std::sync::mpsc::sync_channel::<()>(0);
-                std::thread::Builder::new()
-                    .name("loopback-xds-server".into())
-                    .spawn(move || {
-                        // Runs the server's tasks until the last handle is dropped.
-                        rt.block_on(async move {
-                            let _ = tokio::task::spawn_blocking(move || until.recv()).await;
-                        });
-                    })
-                    .expect("a thread for the loopback server");
-                Host::Thread {
-                    handle,
-                    _keep_alive: Arc::new(keep),
-                }
-            }
-        };
+        let host = Host::for_caller("loopback-xds-server");
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local address");
         let server = LoopbackServer {

@@ -1,0 +1,375 @@
+//! The channel's shared load-balancing state: the core's sans-IO [`LoadBalancer`] for
+//! the target, the config selector of the newest configuration, the subchannels'
+//! connections, the queued picks and the seeded random source, all behind one lock.
+//!
+//! Per RPC, routing and the pick take the lock once (a few hundred nanoseconds), with
+//! no message to another task. Every mutation of the balancer follows the core's drive
+//! loop: the mutation, then its actions drained under the lock (`Disconnect` and
+//! `PickerChanged` are carried out there; `Connect` and `ResolveDns` spawn work once
+//! the lock is released); the driver task (`driver`) sleeps until `poll_timeout` and
+//! is woken when a mutation brings that time forward.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+use futures::channel::mpsc::UnboundedSender;
+use hyper::client::conn::http2::SendRequest;
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use xds_proto_core::Instant;
+use xds_proto_core::dependency::XdsConfig;
+use xds_proto_core::lb::{
+    CallOutcome, CallToken, ConnectivityState, LbAction, LoadBalancer, Pick, PickArgs,
+    SubchannelId,
+};
+use xds_proto_core::selector::{ConfigSelector, Metadata, Selection};
+
+use super::wire;
+use crate::runtime::Runtime;
+
+/// What the channel knows about its target's configuration.
+pub(crate) enum Resolution {
+    /// No configuration yet: RPCs wait.
+    Waiting,
+    /// RPCs are routed by this selector.
+    Ready(Arc<ConfigSelector>),
+    /// The target cannot be routed (its listener or route configuration failed): RPCs
+    /// fail with this status until a configuration arrives.
+    Failed(tonic::Status),
+}
+
+/// A subchannel's connection, as the channel keeps it.
+enum Connection {
+    Connecting,
+    Ready(SendRequest<tonic::body::Body>),
+}
+
+/// What the driver task is told.
+pub(crate) enum DriverEvent {
+    /// The balancer's next timeout moved earlier.
+    Rearm,
+    /// A LOGICAL_DNS cluster's host resolved.
+    Dns {
+        cluster: String,
+        result: Result<Vec<SocketAddr>, xds_proto_core::Status>,
+    },
+}
+
+/// Work a mutation left to do once the lock is released.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    connects: Vec<(SubchannelId, SocketAddr)>,
+    resolves: Vec<(String, String, u16)>,
+}
+
+pub(crate) struct State {
+    lb: LoadBalancer,
+    resolution: Resolution,
+    connections: HashMap<SubchannelId, Connection>,
+    rng: Xoshiro256PlusPlus,
+    /// Bumped whenever the picker may have changed; queued RPCs wait for a new value.
+    picker_generation: u64,
+    queued: Vec<Waker>,
+    /// The timeout the driver sleeps until.
+    armed: Option<Instant>,
+}
+
+/// Where a pick for an RPC stands.
+pub(crate) enum PickResult {
+    /// Send the attempt on this connection; report its end through the token.
+    Ready(SendRequest<tonic::body::Body>, CallToken),
+    /// Pick again once the picker's generation moves past this one.
+    Queued(u64),
+    /// The RPC fails with this status.
+    Failed(tonic::Status),
+}
+
+/// Reports how a call ended (the response body holds one, type-erased, so that it
+/// does not carry the runtime type).
+pub(crate) trait CallReporter: Send + Sync {
+    fn call_finished(self: Arc<Self>, call: CallToken, code: tonic::Code);
+}
+
+/// The end of one call: reported once, as cancelled when dropped unreported. It holds
+/// the RPC's selection, so the RPC's cluster stays in the configuration until then.
+pub(crate) struct CallEnd {
+    reporter: Arc<dyn CallReporter>,
+    call: Option<CallToken>,
+    _selection: Selection,
+}
+
+impl CallEnd {
+    pub(crate) fn new(
+        reporter: Arc<dyn CallReporter>,
+        call: CallToken,
+        selection: Selection,
+    ) -> CallEnd {
+        CallEnd {
+            reporter,
+            call: Some(call),
+            _selection: selection,
+        }
+    }
+
+    /// Reports the call's final status.
+    pub(crate) fn finish(mut self, code: tonic::Code) {
+        if let Some(call) = self.call.take() {
+            self.reporter.clone().call_finished(call, code);
+        }
+    }
+}
+
+impl Drop for CallEnd {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.reporter.clone().call_finished(call, tonic::Code::Cancelled);
+        }
+    }
+}
+
+/// The state every clone of a channel, its driver, its connections and its RPCs share.
+pub(crate) struct Shared<R> {
+    pub(crate) rt: R,
+    state: Mutex<State>,
+    driver: UnboundedSender<DriverEvent>,
+    pub(crate) settings: super::ChannelSettings,
+}
+
+impl<R: Runtime> Shared<R> {
+    pub(crate) fn new(
+        rt: R,
+        lb: LoadBalancer,
+        seed: u64,
+        driver: UnboundedSender<DriverEvent>,
+        settings: super::ChannelSettings,
+    ) -> Shared<R> {
+        Shared {
+            rt,
+            state: Mutex::new(State {
+                lb,
+                resolution: Resolution::Waiting,
+                connections: HashMap::new(),
+                rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+                picker_generation: 0,
+                queued: Vec::new(),
+                armed: None,
+            }),
+            driver,
+            settings,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one mutation of the balancer, drains its actions and carries out the
+    /// deferred ones once the lock is released.
+    pub(crate) fn mutate<T>(
+        self: &Arc<Self>,
+        mutation: impl FnOnce(&mut State, Instant) -> T,
+    ) -> T {
+        let now = self.rt.now();
+        let (out, deferred) = {
+            let mut state = self.lock();
+            let out = mutation(&mut state, now);
+            let deferred = state.drain_actions();
+            if state.lb.poll_timeout().is_some_and(|t| state.armed.is_none_or(|a| t < a)) {
+                let _ = self.driver.unbounded_send(DriverEvent::Rearm);
+            }
+            (out, deferred)
+        };
+        self.carry_out(deferred);
+        out
+    }
+
+    /// Starts the connections and resolutions a mutation asked for.
+    fn carry_out(self: &Arc<Self>, deferred: Deferred) {
+        for (subchannel, address) in deferred.connects {
+            super::subchannel::spawn_connect(self.clone(), subchannel, address);
+        }
+        for (cluster, host, port) in deferred.resolves {
+            let driver = self.driver.clone();
+            // Name resolution blocks: it runs on a thread of its own.
+            std::thread::spawn(move || {
+                let result = super::subchannel::resolve(&host, port);
+                let _ = driver.unbounded_send(DriverEvent::Dns { cluster, result });
+            });
+        }
+    }
+
+    /// Takes a new configuration (or the target's failure).
+    pub(crate) fn configure(self: &Arc<Self>, update: Result<(&XdsConfig, Arc<ConfigSelector>), tonic::Status>) {
+        self.mutate(|state, now| {
+            state.resolution = match update {
+                Ok((config, selector)) => {
+                    state.lb.update(now, config);
+                    Resolution::Ready(selector)
+                }
+                Err(status) => Resolution::Failed(status),
+            };
+            state.picker_changed();
+        });
+    }
+
+    /// Routes an RPC: its selection, or why it fails, or `Ok(None)` while the target's
+    /// configuration has not arrived (wait for [`Self::picker_changed`] to move past
+    /// the returned generation).
+    pub(crate) fn route(
+        &self,
+        path: &str,
+        headers: &impl Metadata,
+    ) -> Result<Result<Selection, u64>, tonic::Status> {
+        let mut state = self.lock();
+        let State { resolution, rng, .. } = &mut *state;
+        match resolution {
+            Resolution::Waiting => Ok(Err(state.picker_generation)),
+            Resolution::Failed(status) => Err(status.clone()),
+            Resolution::Ready(selector) => selector
+                .select(path, headers, rng)
+                .map(Ok)
+                .map_err(|s| wire::tonic_status(&s)),
+        }
+    }
+
+    /// Picks a connection for an attempt of an RPC routed to `cluster`.
+    pub(crate) fn pick(self: &Arc<Self>, cluster: &str, hash: Option<u64>) -> PickResult {
+        let wait_for_ready = self.settings.wait_for_ready;
+        self.mutate(|state, now| {
+            let args = PickArgs {
+                hash,
+                random: state.rng.next_u64(),
+            };
+            match state.lb.pick(now, cluster, &args) {
+                Pick::Complete {
+                    subchannel, call, ..
+                } => match state.connections.get(&subchannel) {
+                    Some(Connection::Ready(send)) if !send.is_closed() => {
+                        PickResult::Ready(send.clone(), call)
+                    }
+                    // Closed before the balancer heard of it: this attempt fails (and
+                    // may be retried); the connection's task reports the close.
+                    _ => {
+                        state.lb.call_finished(now, call, CallOutcome::Failure);
+                        PickResult::Failed(tonic::Status::unavailable(
+                            "the picked connection closed",
+                        ))
+                    }
+                },
+                Pick::Queue => PickResult::Queued(state.picker_generation),
+                Pick::Fail(_) if wait_for_ready => PickResult::Queued(state.picker_generation),
+                Pick::Fail(status) => PickResult::Failed(wire::tonic_status(&status)),
+                Pick::Drop { category } => PickResult::Failed(tonic::Status::unavailable(
+                    format!("dropped by the control plane: {category}"),
+                )),
+            }
+        })
+    }
+
+    /// Whether the picker changed since `generation`; otherwise `waker` is woken when
+    /// it does.
+    pub(crate) fn picker_changed_since(&self, generation: u64, waker: &Waker) -> bool {
+        let mut state = self.lock();
+        if state.picker_generation != generation {
+            return true;
+        }
+        if !state.queued.iter().any(|w| w.will_wake(waker)) {
+            state.queued.push(waker.clone());
+        }
+        false
+    }
+
+    /// A uniform random draw (retry jitter).
+    pub(crate) fn random_u32(&self) -> u32 {
+        self.lock().rng.next_u32()
+    }
+
+    /// A subchannel's new connectivity state; with `Ready`, its connection.
+    pub(crate) fn subchannel_state(
+        self: &Arc<Self>,
+        subchannel: SubchannelId,
+        state: ConnectivityState,
+        ready: Option<SendRequest<tonic::body::Body>>,
+    ) {
+        self.mutate(|s, now| {
+            match (ready, s.connections.get_mut(&subchannel)) {
+                // Disconnected meanwhile: the connection is dropped here.
+                (_, None) => return,
+                (Some(send), Some(slot)) => *slot = Connection::Ready(send),
+                (None, Some(slot)) => *slot = Connection::Connecting,
+            }
+            s.lb.subchannel_state(now, subchannel, state);
+        });
+    }
+
+    /// Runs the balancer's due timers; returns when to run them next.
+    pub(crate) fn handle_timeout(self: &Arc<Self>) -> Option<Instant> {
+        self.mutate(|state, now| {
+            state.lb.handle_timeout(now);
+            state.armed = state.lb.poll_timeout();
+            state.armed
+        })
+    }
+
+    /// Reports a LOGICAL_DNS resolution.
+    pub(crate) fn dns_resolved(
+        self: &Arc<Self>,
+        cluster: &str,
+        result: Result<Vec<SocketAddr>, xds_proto_core::Status>,
+    ) {
+        self.mutate(|state, now| state.lb.dns_resolved(now, cluster, result));
+    }
+}
+
+impl<R: Runtime> CallReporter for Shared<R> {
+    fn call_finished(self: Arc<Self>, call: CallToken, code: tonic::Code) {
+        // A50 counts every status but OK as a failure, cancellations included.
+        let outcome = if code == tonic::Code::Ok {
+            CallOutcome::Success
+        } else {
+            CallOutcome::Failure
+        };
+        self.mutate(|state, now| state.lb.call_finished(now, call, outcome));
+    }
+}
+
+impl State {
+    /// Drains the balancer's actions: what can be done under the lock is done, the
+    /// rest is returned.
+    fn drain_actions(&mut self) -> Deferred {
+        let mut deferred = Deferred::default();
+        while let Some(action) = self.lb.poll_action() {
+            match action {
+                LbAction::Connect {
+                    subchannel,
+                    address,
+                } => {
+                    self.connections.insert(subchannel, Connection::Connecting);
+                    deferred.connects.push((subchannel, address));
+                }
+                LbAction::Disconnect { subchannel } => {
+                    // RPCs on the connection hold their own handle and finish.
+                    self.connections.remove(&subchannel);
+                }
+                LbAction::ResolveDns {
+                    cluster,
+                    host,
+                    port,
+                } => deferred.resolves.push((cluster, host, port)),
+                LbAction::PickerChanged => self.picker_changed(),
+                _ => {}
+            }
+        }
+        deferred
+    }
+
+    /// Lets the queued RPCs pick again.
+    fn picker_changed(&mut self) {
+        self.picker_generation += 1;
+        for waker in self.queued.drain(..) {
+            waker.wake();
+        }
+    }
+}

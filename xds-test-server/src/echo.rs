@@ -1,0 +1,274 @@
+//! Loopback echo backends: the data-plane servers that `xds:///` channels send RPCs to
+//! in the adapters' channel tests, the benchmark and the CLI demo.
+//!
+//! One unary method, [`ECHO_PATH`], with a hand-written prost message pair and tonic's
+//! generic server and client code (no build-time codegen). An [`EchoBackend`] answers
+//! with its name, counts what it served, and can be told to fail: every RPC
+//! ([`EchoBackend::set_failing`], for outlier detection) or the next few
+//! ([`EchoBackend::fail_next`], for retries), each with UNAVAILABLE. A request may ask
+//! for a delay before the answer ([`EchoRequest::delay_ms`], for deadlines).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use http::uri::PathAndQuery;
+use tonic::client::{Grpc, GrpcService};
+use tonic_prost::ProstCodec;
+
+use crate::server::Host;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The echo method's path.
+pub const ECHO_PATH: &str = "/xds.test.Echo/Echo";
+
+/// The echo service's name (the path's prefix is `/` + this + `/`).
+pub const ECHO_SERVICE: &str = "xds.test.Echo";
+
+/// The echo request.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EchoRequest {
+    /// Echoed back.
+    #[prost(string, tag = "1")]
+    pub message: String,
+    /// How long the backend waits before it answers, in milliseconds.
+    #[prost(uint32, tag = "2")]
+    pub delay_ms: u32,
+}
+
+/// The echo reply.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EchoReply {
+    /// The request's message.
+    #[prost(string, tag = "1")]
+    pub message: String,
+    /// The name of the backend that answered.
+    #[prost(string, tag = "2")]
+    pub backend: String,
+}
+
+/// Calls [`ECHO_PATH`] on any channel tonic's generic client takes (a plain tonic
+/// channel or an `xds:///` one), with an optional client deadline (`grpc-timeout`).
+///
+/// # Errors
+/// The RPC's status.
+pub async fn call_echo<T>(
+    channel: T,
+    request: EchoRequest,
+    timeout: Option<Duration>,
+) -> Result<EchoReply, tonic::Status>
+where
+    T: GrpcService<tonic::body::Body>,
+    T::Error: Into<BoxError>,
+    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as http_body::Body>::Error: Into<BoxError>,
+{
+    let mut grpc = Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.into().to_string()))?;
+    let mut request = tonic::Request::new(request);
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    let codec = ProstCodec::<EchoRequest, EchoReply>::default();
+    let response = grpc
+        .unary(request, PathAndQuery::from_static(ECHO_PATH), codec)
+        .await?;
+    Ok(response.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    served: AtomicU64,
+    failed: AtomicU64,
+    failing: AtomicBool,
+    fail_next: AtomicU64,
+}
+
+impl Counters {
+    /// Whether this RPC is to fail, consuming one of the `fail_next` failures.
+    fn take_failure(&self) -> bool {
+        if self.failing.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.fail_next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// An echo gRPC server on 127.0.0.1. It stops when dropped.
+#[derive(Debug)]
+pub struct EchoBackend {
+    name: Arc<str>,
+    addr: SocketAddr,
+    counters: Arc<Counters>,
+    _stop: futures::channel::oneshot::Sender<()>,
+    _host: Host,
+}
+
+impl EchoBackend {
+    /// Starts a backend named `name` on a free port of 127.0.0.1, on the calling tokio
+    /// runtime or else on a thread of its own.
+    ///
+    /// # Panics
+    /// When no port can be bound on 127.0.0.1.
+    pub fn start(name: &str) -> EchoBackend {
+        let host = Host::for_caller("loopback-echo-backend");
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let addr = listener.local_addr().expect("local address");
+        let (stop, stopped) = futures::channel::oneshot::channel::<()>();
+        let service = EchoService {
+            name: Arc::from(name),
+            counters: Arc::default(),
+        };
+        let backend = EchoBackend {
+            name: service.name.clone(),
+            addr,
+            counters: service.counters.clone(),
+            _stop: stop,
+            _host: host.clone(),
+        };
+        host.handle().spawn(serve(listener, service, stopped));
+        backend
+    }
+
+    /// The backend's name, as its replies carry it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// RPCs answered with a reply.
+    pub fn served(&self) -> u64 {
+        self.counters.served.load(Ordering::Relaxed)
+    }
+
+    /// RPCs answered with UNAVAILABLE (because it was failing or told to fail them).
+    pub fn failed(&self) -> u64 {
+        self.counters.failed.load(Ordering::Relaxed)
+    }
+
+    /// Makes every RPC fail with UNAVAILABLE (`true`) until told otherwise.
+    pub fn set_failing(&self, failing: bool) {
+        self.counters.failing.store(failing, Ordering::Relaxed);
+    }
+
+    /// Makes the next `n` RPCs fail with UNAVAILABLE.
+    pub fn fail_next(&self, n: u64) {
+        self.counters.fail_next.store(n, Ordering::Relaxed);
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    service: EchoService,
+    mut stopped: futures::channel::oneshot::Receiver<()>,
+) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let _ = tcp.set_nodelay(true);
+                let service = service.clone();
+                connections.spawn(async move {
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(
+                        hyper_util::rt::TokioIo::new(tcp),
+                        hyper_util::service::TowerToHyperService::new(service),
+                    )
+                    .await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.abort_all();
+}
+
+/// The HTTP service: routes [`ECHO_PATH`], answers everything else UNIMPLEMENTED.
+#[derive(Clone)]
+struct EchoService {
+    name: Arc<str>,
+    counters: Arc<Counters>,
+}
+
+impl tower_service::Service<http::Request<hyper::body::Incoming>> for EchoService {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
+        if request.uri().path() != ECHO_PATH {
+            let path = request.uri().path().to_string();
+            return async move {
+                Ok(tonic::Status::unimplemented(format!("no method {path}")).into_http())
+            }
+            .boxed();
+        }
+        let method = EchoMethod(self.clone());
+        async move {
+            let mut grpc = tonic::server::Grpc::new(ProstCodec::<EchoReply, EchoRequest>::default());
+            Ok(grpc.unary(method, request).await)
+        }
+        .boxed()
+    }
+}
+
+struct EchoMethod(EchoService);
+
+impl tonic::server::UnaryService<EchoRequest> for EchoMethod {
+    type Response = EchoReply;
+    type Future = BoxFuture<'static, Result<tonic::Response<EchoReply>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<EchoRequest>) -> Self::Future {
+        let service = self.0.clone();
+        async move {
+            let request = request.into_inner();
+            if request.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(u64::from(request.delay_ms))).await;
+            }
+            if service.counters.take_failure() {
+                service.counters.failed.fetch_add(1, Ordering::Relaxed);
+                return Err(tonic::Status::unavailable(format!(
+                    "{} is failing",
+                    service.name
+                )));
+            }
+            service.counters.served.fetch_add(1, Ordering::Relaxed);
+            Ok(tonic::Response::new(EchoReply {
+                message: request.message,
+                backend: service.name.to_string(),
+            }))
+        }
+        .boxed()
+    }
+}
