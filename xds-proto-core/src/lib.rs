@@ -20,6 +20,7 @@ pub mod backoff;
 pub mod bootstrap;
 pub mod client;
 pub mod dependency;
+pub mod lb;
 pub mod metrics;
 pub mod names;
 pub mod pool;

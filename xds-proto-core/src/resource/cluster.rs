@@ -5,7 +5,7 @@
 //! The module owns the cluster types: the discovery type ([`ClusterType`]: EDS,
 //! LOGICAL_DNS or aggregate), the load-balancing policy ([`LbPolicy`], from the legacy
 //! `lb_policy` enum or the newer `load_balancing_policy` list), LRS, the circuit breaker
-//! request limit and the presence of an upstream TLS context.
+//! request limit, outlier detection (A50) and the presence of an upstream TLS context.
 //!
 //! The LB policy is decoded in `lb_policy`; `lite` holds the decode-only message views.
 
@@ -61,6 +61,60 @@ pub struct ClusterResource {
     /// The upstream TLS context, when the cluster's transport socket configures one
     /// (security itself, A29, is not interpreted yet).
     pub tls: Option<UpstreamTls>,
+    /// Outlier detection (A50), when the cluster sets `outlier_detection`.
+    pub outlier_detection: Option<OutlierDetection>,
+}
+
+/// A cluster's outlier detection (gRFC A50), with gRPC's defaults applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutlierDetection {
+    /// Time between ejection sweeps (`interval`, default 10 s).
+    pub interval: Duration,
+    /// `base_ejection_time` (default 30 s): an ejection lasts this times the endpoint's
+    /// ejection multiplier.
+    pub base_ejection_time: Duration,
+    /// `max_ejection_time` (default 300 s; an ejection never lasts longer than the
+    /// greater of this and `base_ejection_time`).
+    pub max_ejection_time: Duration,
+    /// `max_ejection_percent` (default 10, at most 100): no ejection once this share of
+    /// the endpoints is ejected.
+    pub max_ejection_percent: u32,
+    /// Success-rate ejection; `None` when `enforcing_success_rate` is 0.
+    pub success_rate_ejection: Option<SuccessRateEjection>,
+    /// Failure-percentage ejection; `None` when `enforcing_failure_percentage` is unset
+    /// or 0.
+    pub failure_percentage_ejection: Option<FailurePercentageEjection>,
+}
+
+/// Success-rate ejection settings (A50).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuccessRateEjection {
+    /// `success_rate_stdev_factor` in thousandths (default 1900): an endpoint is an
+    /// outlier below `mean - stdev * stdev_factor / 1000`.
+    pub stdev_factor: u32,
+    /// `enforcing_success_rate` (default 100): the percent chance an outlier is ejected.
+    pub enforcement_percentage: u32,
+    /// `success_rate_minimum_hosts` (default 5): endpoints with enough requests needed
+    /// to run the algorithm.
+    pub minimum_hosts: u32,
+    /// `success_rate_request_volume` (default 100): requests in an interval for an
+    /// endpoint to count.
+    pub request_volume: u32,
+}
+
+/// Failure-percentage ejection settings (A50).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailurePercentageEjection {
+    /// `failure_percentage_threshold` (default 85, at most 100): an endpoint is an
+    /// outlier above this failure percentage.
+    pub threshold: u32,
+    /// `enforcing_failure_percentage` (1 to 100): the percent chance an outlier is
+    /// ejected.
+    pub enforcement_percentage: u32,
+    /// `failure_percentage_minimum_hosts` (default 5).
+    pub minimum_hosts: u32,
+    /// `failure_percentage_request_volume` (default 50).
+    pub request_volume: u32,
 }
 
 /// The discovery type of a cluster.
@@ -196,6 +250,11 @@ fn parse_cluster(name: &str, mut cluster: lite::Cluster) -> Result<ClusterResour
         "transport_socket",
         parse_transport_socket,
     )?;
+    let outlier_detection = optional(
+        cluster.outlier_detection.as_ref(),
+        "outlier_detection",
+        outlier_detection::parse,
+    )?;
     Ok(ClusterResource {
         name: name.to_owned(),
         cluster_type,
@@ -203,6 +262,7 @@ fn parse_cluster(name: &str, mut cluster: lite::Cluster) -> Result<ClusterResour
         lrs_server,
         max_requests,
         tls,
+        outlier_detection,
     })
 }
 
@@ -370,6 +430,7 @@ fn parse_transport_socket(ts: &lite::TransportSocket) -> Result<UpstreamTls, Fie
 mod lb_policy;
 /// Decode-only views of the messages: only the fields the validation reads.
 mod lite;
+mod outlier_detection;
 
 #[cfg(test)]
 mod tests;

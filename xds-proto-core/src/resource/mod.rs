@@ -17,7 +17,10 @@ pub mod route;
 mod validate;
 
 pub use cluster::{ClusterResource, ClusterType};
-pub use cluster::{LbPolicy, UpstreamTls, WeightedRoundRobinConfig};
+pub use cluster::{
+    FailurePercentageEjection, LbPolicy, OutlierDetection, SuccessRateEjection, UpstreamTls,
+    WeightedRoundRobinConfig,
+};
 pub use endpoint::EndpointsResource;
 pub use endpoint::{DropOverload, Endpoint, HealthStatus, Locality, LocalityEndpoints, Priority};
 pub use listener::ListenerResource;
@@ -386,6 +389,7 @@ mod convenience_tests {
             lrs_server: false,
             max_requests: 1024,
             tls: None,
+            outlier_detection: None,
         };
         assert_eq!(c.eds_service_name(), Some("c1"));
         c.cluster_type = ClusterType::Eds {

@@ -33,6 +33,8 @@ pub struct Cluster {
     pub lb_policy: i32,
     #[prost(message, optional, tag = "10")]
     pub circuit_breakers: Option<CircuitBreakers>,
+    #[prost(message, optional, tag = "19")]
+    pub outlier_detection: Option<cluster_pb::OutlierDetection>,
     #[prost(oneof = "cluster::LbConfig", tags = "23, 34, 37, 52, 56")]
     pub lb_config: Option<cluster::LbConfig>,
     #[prost(message, optional, tag = "24")]

@@ -97,6 +97,7 @@ fn eds_cluster_defaults() {
             lrs_server: false,
             max_requests: 1024,
             tls: None,
+            outlier_detection: None,
         }
     );
     let mut c = eds_cluster("xdstp://auth/envoy.config.cluster.v3.Cluster/c");
@@ -896,6 +897,7 @@ fn istio_like_cluster() {
             tls: Some(UpstreamTls {
                 sni: "outbound_.8080_._.svc-1".to_owned()
             }),
+            outlier_detection: None,
         }
     );
 }
