@@ -97,8 +97,8 @@ use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::metrics;
 pub use xds_adapter_common::{
     ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream, ConfigUpdate,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, Runtime,
-    SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, ResponseBody,
+    Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
@@ -113,6 +113,13 @@ pub type Client = xds_adapter_common::Client<AsyncStdRuntime>;
 /// Configures a [`Client`] (`Client::builder(bootstrap)...build()`) or a
 /// [`ClientPool`] (`...build_pool()`).
 pub type ClientBuilder = xds_adapter_common::ClientBuilder<AsyncStdRuntime>;
+
+/// A gRPC channel to an `xds:` target for tonic (`XdsChannel::new("xds:///my-service")`):
+/// see [`xds_adapter_common::XdsChannel`].
+pub type XdsChannel = xds_adapter_common::XdsChannel<AsyncStdRuntime>;
+
+/// Configures an [`XdsChannel`]: see [`xds_adapter_common::XdsChannelBuilder`].
+pub type XdsChannelBuilder = xds_adapter_common::XdsChannelBuilder<AsyncStdRuntime>;
 
 /// Per-target clients on async-std (gRFC A71): one shared [`Client`] per data-plane
 /// target ([`SERVER_TARGET`] for xDS-enabled servers), all on one parsed bootstrap.

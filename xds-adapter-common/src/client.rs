@@ -289,7 +289,7 @@ impl<R: Runtime> ClientBuilder<R> {
 }
 
 /// A seed from the OS's hash keys, so no RNG crate is needed.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0x9e37_79b9_7f4a_7c15);

@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 
 mod ads;
+mod channel;
 mod client;
 mod config;
 pub mod csds;
@@ -58,6 +59,7 @@ mod tls;
 pub mod transport;
 mod watch;
 
+pub use channel::{ResponseBody, XdsChannel, XdsChannelBuilder};
 pub use client::{Client, ClientBuilder, Error};
 pub use config::{ConfigResult, ConfigStream, ConfigUpdate};
 pub use csds::CsdsService;

@@ -130,8 +130,8 @@ pub use xds_adapter_common::csds::{
 pub use xds_adapter_common::metrics;
 pub use xds_adapter_common::{
     ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream, ConfigUpdate,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, Runtime,
-    SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, ResponseBody,
+    Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
@@ -146,6 +146,13 @@ pub type Client = xds_adapter_common::Client<TokioRuntime>;
 /// Configures a [`Client`] (`Client::builder(bootstrap)...build()`) or a
 /// [`ClientPool`] (`...build_pool()`).
 pub type ClientBuilder = xds_adapter_common::ClientBuilder<TokioRuntime>;
+
+/// A gRPC channel to an `xds:` target for tonic (`XdsChannel::new("xds:///my-service")`):
+/// see [`xds_adapter_common::XdsChannel`].
+pub type XdsChannel = xds_adapter_common::XdsChannel<TokioRuntime>;
+
+/// Configures an [`XdsChannel`]: see [`xds_adapter_common::XdsChannelBuilder`].
+pub type XdsChannelBuilder = xds_adapter_common::XdsChannelBuilder<TokioRuntime>;
 
 /// Per-target clients on tokio (gRFC A71): see [`xds_adapter_common::ClientPool`].
 pub type ClientPool = xds_adapter_common::ClientPool<TokioRuntime>;

@@ -54,14 +54,14 @@ pub struct EchoReply {
 }
 
 /// Calls [`ECHO_PATH`] on any channel tonic's generic client takes (a plain tonic
-/// channel or an `xds:///` one), with an optional client deadline (`grpc-timeout`).
+/// channel or an `xds:///` one). Set a deadline (`grpc-timeout`) and metadata on the
+/// request as usual.
 ///
 /// # Errors
 /// The RPC's status.
 pub async fn call_echo<T>(
     channel: T,
-    request: EchoRequest,
-    timeout: Option<Duration>,
+    request: tonic::Request<EchoRequest>,
 ) -> Result<EchoReply, tonic::Status>
 where
     T: GrpcService<tonic::body::Body>,
@@ -73,15 +73,19 @@ where
     grpc.ready()
         .await
         .map_err(|e| tonic::Status::unavailable(e.into().to_string()))?;
-    let mut request = tonic::Request::new(request);
-    if let Some(timeout) = timeout {
-        request.set_timeout(timeout);
-    }
     let codec = ProstCodec::<EchoRequest, EchoReply>::default();
     let response = grpc
         .unary(request, PathAndQuery::from_static(ECHO_PATH), codec)
         .await?;
     Ok(response.into_inner())
+}
+
+/// An echo request carrying `message`, answered at once.
+pub fn echo_request(message: &str) -> tonic::Request<EchoRequest> {
+    tonic::Request::new(EchoRequest {
+        message: message.to_owned(),
+        delay_ms: 0,
+    })
 }
 
 #[derive(Debug, Default)]
@@ -236,7 +240,8 @@ impl tower_service::Service<http::Request<hyper::body::Incoming>> for EchoServic
         }
         let method = EchoMethod(self.clone());
         async move {
-            let mut grpc = tonic::server::Grpc::new(ProstCodec::<EchoReply, EchoRequest>::default());
+            let mut grpc =
+                tonic::server::Grpc::new(ProstCodec::<EchoReply, EchoRequest>::default());
             Ok(grpc.unary(method, request).await)
         }
         .boxed()

@@ -33,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+pub mod channel_suite;
 mod codec;
 pub mod config_suite;
 pub mod demo;

@@ -21,8 +21,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use xds_proto_core::Instant;
 use xds_proto_core::dependency::XdsConfig;
 use xds_proto_core::lb::{
-    CallOutcome, CallToken, ConnectivityState, LbAction, LoadBalancer, Pick, PickArgs,
-    SubchannelId,
+    CallOutcome, CallToken, ConnectivityState, LbAction, LoadBalancer, Pick, PickArgs, SubchannelId,
 };
 use xds_proto_core::selector::{ConfigSelector, Metadata, Selection};
 
@@ -124,7 +123,9 @@ impl CallEnd {
 impl Drop for CallEnd {
     fn drop(&mut self) {
         if let Some(call) = self.call.take() {
-            self.reporter.clone().call_finished(call, tonic::Code::Cancelled);
+            self.reporter
+                .clone()
+                .call_finished(call, tonic::Code::Cancelled);
         }
     }
 }
@@ -176,7 +177,11 @@ impl<R: Runtime> Shared<R> {
             let mut state = self.lock();
             let out = mutation(&mut state, now);
             let deferred = state.drain_actions();
-            if state.lb.poll_timeout().is_some_and(|t| state.armed.is_none_or(|a| t < a)) {
+            if state
+                .lb
+                .poll_timeout()
+                .is_some_and(|t| state.armed.is_none_or(|a| t < a))
+            {
                 let _ = self.driver.unbounded_send(DriverEvent::Rearm);
             }
             (out, deferred)
@@ -201,7 +206,10 @@ impl<R: Runtime> Shared<R> {
     }
 
     /// Takes a new configuration (or the target's failure).
-    pub(crate) fn configure(self: &Arc<Self>, update: Result<(&XdsConfig, Arc<ConfigSelector>), tonic::Status>) {
+    pub(crate) fn configure(
+        self: &Arc<Self>,
+        update: Result<(&XdsConfig, Arc<ConfigSelector>), tonic::Status>,
+    ) {
         self.mutate(|state, now| {
             state.resolution = match update {
                 Ok((config, selector)) => {
@@ -223,7 +231,9 @@ impl<R: Runtime> Shared<R> {
         headers: &impl Metadata,
     ) -> Result<Result<Selection, u64>, tonic::Status> {
         let mut state = self.lock();
-        let State { resolution, rng, .. } = &mut *state;
+        let State {
+            resolution, rng, ..
+        } = &mut *state;
         match resolution {
             Resolution::Waiting => Ok(Err(state.picker_generation)),
             Resolution::Failed(status) => Err(status.clone()),
@@ -261,9 +271,9 @@ impl<R: Runtime> Shared<R> {
                 Pick::Queue => PickResult::Queued(state.picker_generation),
                 Pick::Fail(_) if wait_for_ready => PickResult::Queued(state.picker_generation),
                 Pick::Fail(status) => PickResult::Failed(wire::tonic_status(&status)),
-                Pick::Drop { category } => PickResult::Failed(tonic::Status::unavailable(
-                    format!("dropped by the control plane: {category}"),
-                )),
+                Pick::Drop { category } => PickResult::Failed(tonic::Status::unavailable(format!(
+                    "dropped by the control plane: {category}"
+                ))),
             }
         })
     }

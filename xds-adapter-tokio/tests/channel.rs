@@ -1,0 +1,11 @@
+//! The `xds:///` channel on tokio: three echo backends on loopback behind the loopback
+//! control plane, RPCs through tonic's generic client (`xds_test_server::channel_suite`).
+
+use xds_adapter_tokio::TokioRuntime;
+use xds_test_server::channel_suite;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xds_channel_splits_ejects_retries_and_times_out() {
+    let figures = channel_suite::channel_scenarios::<TokioRuntime>().await;
+    println!("{figures:?}");
+}
