@@ -38,7 +38,6 @@ use xds_adapter_tokio::{
     Bootstrap, Cds, Client, ConfigResult, ConfigStream, CsdsServer, Eds, Lds, Rds,
     load_bootstrap_from_env,
 };
-use xds_test_server::LoopbackServer;
 
 /// With `--json`, stdout carries only JSON documents; status lines go to stderr.
 static JSON_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -186,19 +185,19 @@ fn fail(message: impl std::fmt::Display) -> ! {
 }
 
 /// The bootstrap to use, and the demo server when nothing names a server.
-fn bootstrap(args: &Args) -> (Bootstrap, Option<Arc<LoopbackServer>>) {
+fn bootstrap(args: &Args) -> (Bootstrap, Option<Arc<demo::Demo>>) {
     match choose_source(args).unwrap_or_else(|e| fail(e)) {
         Source::Bootstrap(b) => (*b, None),
         Source::Demo => {
-            let server = demo::start_server();
+            let demo = demo::start_server();
             say!(
                 "{} no xDS server given: started the demo management server on {}",
                 stamp(),
-                server.uri()
+                demo.server.uri()
             );
-            let json = server.bootstrap_json("xds-cli-demo", None);
+            let json = demo.server.bootstrap_json("xds-cli-demo", None);
             let bootstrap = Bootstrap::from_json_str(&json).expect("demo bootstrap");
-            (bootstrap, Some(server))
+            (bootstrap, Some(demo))
         }
     }
 }
@@ -298,6 +297,9 @@ async fn main() {
     let duration = args.duration.or(demo.then_some(12.0));
     // The watches stay until CSDS has been dumped.
     let watches = run(&client, &args, follow.as_ref(), duration, &mut printer).await;
+    if let Some(demo) = &demo_server {
+        demo::send_rpcs(demo, &pool).await;
+    }
     if args.csds || demo {
         print_csds(&pool, args.json).await;
     }
@@ -309,8 +311,8 @@ async fn main() {
     }
     drop(watches);
     client.shutdown().await;
-    if let Some(server) = demo_server {
-        server.stop().await;
+    if let Some(demo) = demo_server {
+        demo.server.stop().await;
     }
 }
 

@@ -102,3 +102,70 @@ pub fn endpoints(cluster: &str, generation: u32) -> Any {
 pub fn all_endpoints(generation: u32) -> Vec<Any> {
     CLUSTERS.iter().map(|c| endpoints(c, generation)).collect()
 }
+
+/// The data-plane part of the demo: RPCs to [`ECHO_TARGET`] go through an `xds:///`
+/// channel to echo backends on loopback, split by the route between two clusters.
+pub const ECHO_TARGET: &str = "xds:///echo.demo.example.com";
+/// The listener [`ECHO_TARGET`] names.
+pub const ECHO_LISTENER: &str = "echo.demo.example.com";
+/// Its route configuration.
+pub const ECHO_ROUTES: &str = "echo-routes";
+/// The echo clusters and their route weights (out of 100).
+pub const ECHO_SPLIT: [(&str, u32); 2] = [("echo-v1", 80), ("echo-v2", 20)];
+
+/// The demo's echo backends: two for `echo-v1`, one for `echo-v2`.
+#[derive(Debug)]
+pub struct EchoFleet {
+    /// `(cluster, backend)` pairs.
+    pub backends: Vec<(&'static str, crate::echo::EchoBackend)>,
+}
+
+impl EchoFleet {
+    /// Starts the backends on 127.0.0.1.
+    pub fn start() -> EchoFleet {
+        let backends = [
+            ("echo-v1", "echo-v1-a"),
+            ("echo-v1", "echo-v1-b"),
+            ("echo-v2", "echo-v2-a"),
+        ]
+        .into_iter()
+        .map(|(cluster, name)| (cluster, crate::echo::EchoBackend::start(name)))
+        .collect();
+        EchoFleet { backends }
+    }
+
+    /// The fleet's resources of one type, to serve beside the rest of the mesh.
+    pub fn resources(&self, type_url: &str) -> Vec<Any> {
+        use xds_proto_core::resource::type_url as t;
+        match type_url {
+            t::LISTENER => vec![resources::listener(ECHO_LISTENER, ECHO_ROUTES)],
+            t::ROUTE_CONFIGURATION => vec![resources::route_config_with(
+                ECHO_ROUTES,
+                &[ECHO_LISTENER],
+                &[PrefixRoute::weighted("/", &ECHO_SPLIT)],
+            )],
+            t::CLUSTER => ECHO_SPLIT
+                .iter()
+                .map(|(c, _)| resources::cluster(c))
+                .collect(),
+            t::CLUSTER_LOAD_ASSIGNMENT => ECHO_SPLIT
+                .iter()
+                .map(|(cluster, _)| {
+                    let ports: Vec<u32> = (self.backends.iter())
+                        .filter(|(c, _)| c == cluster)
+                        .map(|(_, b)| u32::from(b.port()))
+                        .collect();
+                    resources::endpoints(cluster, &ports)
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The cluster of the backend named `backend`.
+    pub fn cluster_of(&self, backend: &str) -> Option<&'static str> {
+        (self.backends.iter())
+            .find(|(_, b)| b.name() == backend)
+            .map(|(c, _)| *c)
+    }
+}
