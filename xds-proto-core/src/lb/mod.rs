@@ -15,34 +15,95 @@
 //! [`LoadBalancer::poll_action`], sleep until [`LoadBalancer::poll_timeout`]; picks
 //! ([`LoadBalancer::pick`]) come in between and allocate nothing.
 
+mod aggregate;
 mod api;
+mod cluster;
+mod endpoint_list;
+mod layout;
+mod least_request;
+mod locality;
+mod outlier;
+mod pick_first;
+mod policy;
+mod priority;
+mod ring_hash;
+mod round_robin;
+mod subchannel;
+
+#[cfg(test)]
+mod tests;
 
 pub use api::{
     CallOutcome, CallToken, ConnectivityState, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_RING_SIZE_CAP,
     LbAction, LbSettings, Pick, PickArgs, SubchannelId,
 };
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use crate::client::Status;
-use crate::dependency::XdsConfig;
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::DetHashMap;
+use crate::client::{Code, Status, XdsError};
+use crate::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
 use crate::time::Instant;
+use aggregate::AggregateCluster;
+use cluster::{LeafCluster, Source};
+use outlier::EjectionChange;
+use policy::PickRng;
+use subchannel::SubchannelPool;
+
+/// What a cluster name stands for.
+#[derive(Clone, Debug)]
+enum Entry {
+    Leaf(u32),
+    Aggregate(u32),
+    Failed(Arc<Status>),
+}
 
 /// The load balancer of one target: every cluster of its [`XdsConfig`], and the
 /// subchannels they share.
+///
+/// A custom runtime drives it without tonic: give it each config, carry out its
+/// actions, report what the connections do, pick per RPC and report each call's end.
+///
+/// ```
+#[doc = include_str!("doc_example.rs")]
+/// ```
 #[derive(Debug)]
 pub struct LoadBalancer {
     settings: LbSettings,
-    actions: VecDeque<LbAction>,
+    pool: SubchannelPool,
+    leaves: Vec<Option<LeafCluster>>,
+    free_leaves: Vec<u32>,
+    next_generation: u32,
+    aggregates: Vec<AggregateCluster>,
+    names: DetHashMap<String, Entry>,
+    picker_changed: bool,
+    changes: Vec<EjectionChange>,
+    unknown_cluster: Arc<Status>,
 }
 
 impl LoadBalancer {
     /// An empty load balancer: every pick fails until the first [`update`](Self::update).
     pub fn new(settings: LbSettings) -> LoadBalancer {
+        let rng = Xoshiro256PlusPlus::seed_from_u64(settings.seed);
         LoadBalancer {
+            pool: SubchannelPool::new(settings.reconnect_backoff, rng),
             settings,
-            actions: VecDeque::new(),
+            leaves: Vec::new(),
+            free_leaves: Vec::new(),
+            next_generation: 0,
+            aggregates: Vec::new(),
+            names: DetHashMap::default(),
+            picker_changed: false,
+            changes: Vec::new(),
+            unknown_cluster: Arc::new(Status::new(
+                Code::UNAVAILABLE,
+                "cluster not in the current xDS config",
+            )),
         }
     }
 
@@ -52,71 +113,330 @@ impl LoadBalancer {
     }
 
     /// Takes a new config: clusters appear, change or go, endpoints change. Subchannels
-    /// of addresses still in use keep their connections.
+    /// of addresses still in use keep their connections; calls in flight keep their
+    /// tokens (a token of a cluster that is gone is still accepted).
     pub fn update(&mut self, now: Instant, config: &XdsConfig) {
-        let _ = (now, config);
+        self.update_clusters(now, &config.clusters);
     }
 
+    /// [`update`](Self::update) from the clusters alone (`XdsConfig::clusters`), for an
+    /// embedder that resolves clusters without a listener.
+    pub fn update_clusters(
+        &mut self,
+        now: Instant,
+        clusters: &BTreeMap<String, Result<ClusterConfig, XdsError>>,
+    ) {
+        let mut names: DetHashMap<String, Entry> = DetHashMap::default();
+        let mut aggregates = Vec::new();
+        for (name, entry) in clusters {
+            let resolved = match entry {
+                Err(e) => Entry::Failed(Arc::new(e.status.clone())),
+                Ok(c) => match &c.children {
+                    ClusterResolution::Aggregate { leaf_clusters } => {
+                        aggregates.push((name, leaf_clusters));
+                        continue;
+                    }
+                    ClusterResolution::Endpoints {
+                        endpoints,
+                        resolution_note,
+                        ..
+                    } => {
+                        let source = Source::Eds(endpoints.clone().ok_or_else(|| {
+                            resolution_note
+                                .clone()
+                                .unwrap_or_else(|| "EDS resource unavailable".to_owned())
+                        }));
+                        Entry::Leaf(self.upsert_leaf(now, name, c.cluster.clone(), source))
+                    }
+                    ClusterResolution::LogicalDns { .. } => {
+                        Entry::Leaf(self.upsert_dns_leaf(now, name, c.cluster.clone()))
+                    }
+                    #[allow(unreachable_patterns)]
+                    _ => Entry::Failed(Arc::new(Status::new(
+                        Code::UNAVAILABLE,
+                        format!("cluster {name:?}: unsupported cluster type"),
+                    ))),
+                },
+            };
+            names.insert(name.clone(), resolved);
+        }
+        // Leaves no longer in the config go, releasing their subchannels.
+        for (name, entry) in &self.names {
+            if let Entry::Leaf(slot) = entry
+                && !matches!(names.get(name), Some(Entry::Leaf(s)) if s == slot)
+                && let Some(mut leaf) = self.leaves[*slot as usize].take()
+            {
+                leaf.release(&mut self.pool);
+                self.free_leaves.push(*slot);
+            }
+        }
+        let mut old: Vec<Option<AggregateCluster>> = std::mem::take(&mut self.aggregates)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut previous: DetHashMap<String, AggregateCluster> = DetHashMap::default();
+        for (name, entry) in self.names.drain() {
+            if let Entry::Aggregate(i) = entry
+                && let Some(aggregate) = old[i as usize].take()
+            {
+                previous.insert(name, aggregate);
+            }
+        }
+        for (name, leaf_clusters) in aggregates {
+            let slots = leaf_clusters
+                .iter()
+                .filter_map(|leaf| match names.get(leaf) {
+                    Some(Entry::Leaf(slot)) => Some(*slot),
+                    _ => None,
+                })
+                .collect();
+            let status = Arc::new(Status::new(
+                Code::UNAVAILABLE,
+                format!("aggregate cluster {name:?}: no reachable leaf cluster"),
+            ));
+            let mut aggregate =
+                AggregateCluster::new(slots, self.settings.failover_timeout, status);
+            if let Some(old) = previous.remove(name.as_str()) {
+                aggregate.inherit(old);
+            }
+            aggregate.refresh(now, &mut self.leaves, &mut self.pool);
+            names.insert(name.clone(), Entry::Aggregate(self.aggregates.len() as u32));
+            self.aggregates.push(aggregate);
+        }
+        self.names = names;
+        self.picker_changed = true;
+    }
+
+    fn upsert_leaf(
+        &mut self,
+        now: Instant,
+        name: &str,
+        resource: Arc<crate::resource::cluster::ClusterResource>,
+        source: Source,
+    ) -> u32 {
+        let cap = self.settings.ring_size_cap;
+        if let Some(Entry::Leaf(slot)) = self.names.get(name)
+            && let Some(leaf) = &mut self.leaves[*slot as usize]
+        {
+            leaf.update(now, &mut self.pool, resource, source, cap);
+            return *slot;
+        }
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let leaf = LeafCluster::new(
+            now,
+            &mut self.pool,
+            name,
+            generation,
+            resource,
+            source,
+            self.settings.failover_timeout,
+            cap,
+        );
+        match self.free_leaves.pop() {
+            Some(slot) => {
+                self.leaves[slot as usize] = Some(leaf);
+                slot
+            }
+            None => {
+                self.leaves.push(Some(leaf));
+                (self.leaves.len() - 1) as u32
+            }
+        }
+    }
+
+    /// A LOGICAL_DNS leaf keeps its resolved addresses while host and port stay; a new
+    /// one (or a new host) asks the embedder to resolve.
+    fn upsert_dns_leaf(
+        &mut self,
+        now: Instant,
+        name: &str,
+        resource: Arc<crate::resource::cluster::ClusterResource>,
+    ) -> u32 {
+        use crate::resource::cluster::ClusterType;
+        let target = |r: &crate::resource::cluster::ClusterResource| match &r.cluster_type {
+            ClusterType::LogicalDns { host, port } => Some((host.clone(), *port)),
+            _ => None,
+        };
+        let kept = match self.names.get(name) {
+            Some(Entry::Leaf(slot)) => self.leaves[*slot as usize]
+                .as_ref()
+                .filter(|leaf| target(leaf.resource()) == target(&resource))
+                .and_then(|leaf| leaf.dns_source().cloned()),
+            _ => None,
+        };
+        let resolve = kept.is_none();
+        let source = kept.unwrap_or(Source::Dns(Ok(Vec::new())));
+        let (host, port) = target(&resource).unwrap_or_default();
+        let slot = self.upsert_leaf(now, name, resource, source);
+        if resolve {
+            self.pool.actions.push_back(LbAction::ResolveDns {
+                cluster: name.to_owned(),
+                host,
+                port,
+            });
+        }
+        slot
+    }
     /// Picks the subchannel for one RPC routed to `cluster` (a cluster of the config:
-    /// what the config selector chose). Allocates nothing.
+    /// what the config selector chose). Allocates nothing. The cluster starts
+    /// connecting at its first pick, which then usually queues.
     pub fn pick(&mut self, now: Instant, cluster: &str, args: &PickArgs) -> Pick {
-        let _ = (now, cluster, args);
-        Pick::Queue
+        let mut rng = PickRng::new(args.random);
+        let slot = match self.names.get(cluster) {
+            None => return Pick::Fail(self.unknown_cluster.clone()),
+            Some(Entry::Failed(status)) => return Pick::Fail(status.clone()),
+            Some(Entry::Leaf(slot)) => *slot,
+            Some(Entry::Aggregate(i)) => {
+                let aggregate = &mut self.aggregates[*i as usize];
+                if !aggregate.is_started() {
+                    aggregate.start(now, &mut self.leaves, &mut self.pool);
+                    self.picker_changed = true;
+                }
+                match aggregate.current_leaf() {
+                    Some(slot) => slot,
+                    None => return Pick::Fail(aggregate.failure_status.clone()),
+                }
+            }
+        };
+        let Some(leaf) = &mut self.leaves[slot as usize] else {
+            return Pick::Fail(self.unknown_cluster.clone());
+        };
+        let was_started = leaf.is_started();
+        let pick = leaf.pick(now, &mut self.pool, slot, args, &mut rng);
+        if !was_started {
+            self.refresh_aggregates(now);
+        }
+        pick
     }
 
-    /// Reports a subchannel's new connectivity state.
+    /// Reports a subchannel's new connectivity state (see [`LbAction::Connect`]).
     pub fn subchannel_state(
         &mut self,
         now: Instant,
         subchannel: SubchannelId,
         state: ConnectivityState,
     ) {
-        let _ = (now, subchannel, state);
+        if self.pool.set_state(now, subchannel, state).is_some() {
+            self.propagate(now, subchannel);
+        }
     }
 
     /// Reports the end of a call a pick started: releases its circuit-breaker slot and
     /// least-request count, and counts its outcome for outlier detection.
     pub fn call_finished(&mut self, now: Instant, call: CallToken, outcome: CallOutcome) {
-        let _ = (now, call, outcome);
+        let _ = now;
+        self.pool.call_finished(call.subchannel);
+        if let Some(Some(leaf)) = self.leaves.get_mut(call.cluster as usize)
+            && leaf.generation == call.cluster_generation
+        {
+            leaf.call_finished(call.subchannel, outcome == CallOutcome::Success);
+        }
     }
 
     /// Reports the addresses a LOGICAL_DNS cluster's host resolved to (or why it did
-    /// not), after [`LbAction::ResolveDns`].
+    /// not), after [`LbAction::ResolveDns`]. Ignored for any other cluster.
     pub fn dns_resolved(
         &mut self,
         now: Instant,
         cluster: &str,
         result: Result<Vec<SocketAddr>, Status>,
     ) {
-        let _ = (now, cluster, result);
+        let Some(Entry::Leaf(slot)) = self.names.get(cluster) else {
+            return;
+        };
+        let Some(leaf) = &mut self.leaves[*slot as usize] else {
+            return;
+        };
+        if leaf.dns_source().is_none() {
+            return;
+        }
+        let source = Source::Dns(result.map_err(|status| status.message));
+        leaf.set_source(now, &mut self.pool, source, self.settings.ring_size_cap);
+        self.refresh_aggregates(now);
+        self.picker_changed = true;
     }
 
-    /// Runs the timers due at `now` (failover, reconnect backoff, outlier detection).
+    /// Runs the timers due at `now` (reconnect backoff, failover, outlier detection).
     /// Early calls are no-ops.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let _ = now;
+        while let Some(id) = self.pool.pop_retry(now) {
+            self.propagate(now, id);
+        }
+        let mut changed = false;
+        for leaf in self.leaves.iter_mut().flatten() {
+            if leaf.next_deadline().is_some_and(|at| at <= now) {
+                changed |= leaf.handle_timeout(now, &mut self.pool, &mut self.changes);
+            }
+        }
+        for aggregate in &mut self.aggregates {
+            changed |= aggregate.handle_timeout(now);
+        }
+        if changed {
+            self.refresh_aggregates(now);
+            self.picker_changed = true;
+        }
     }
 
     /// The next thing to do, if any.
     pub fn poll_action(&mut self) -> Option<LbAction> {
-        self.actions.pop_front()
+        if let Some(action) = self.pool.actions.pop_front() {
+            return Some(action);
+        }
+        std::mem::take(&mut self.picker_changed).then_some(LbAction::PickerChanged)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        let leaves = self
+            .leaves
+            .iter()
+            .flatten()
+            .filter_map(LeafCluster::next_deadline);
+        let aggregates = self
+            .aggregates
+            .iter()
+            .filter_map(AggregateCluster::next_deadline);
+        self.pool
+            .next_retry()
+            .into_iter()
+            .chain(leaves)
+            .chain(aggregates)
+            .min()
     }
 
-    /// A cluster's aggregate connectivity state, `None` for a cluster not in the config.
+    /// A cluster's connectivity state (IDLE until its first pick), `None` for a
+    /// cluster not in the config.
     pub fn cluster_state(&self, cluster: &str) -> Option<ConnectivityState> {
-        let _ = cluster;
-        None
+        Some(match self.names.get(cluster)? {
+            Entry::Leaf(slot) => self.leaves[*slot as usize].as_ref()?.state(),
+            Entry::Aggregate(i) => self.aggregates[*i as usize].state(),
+            Entry::Failed(_) => ConnectivityState::TransientFailure,
+        })
     }
 
     /// A subchannel's address, while it exists.
     pub fn subchannel_address(&self, subchannel: SubchannelId) -> Option<SocketAddr> {
-        let _ = subchannel;
-        None
+        self.pool.address(subchannel)
+    }
+
+    /// A subchannel's state changed as the clusters see it: every leaf using it
+    /// updates, then the aggregates.
+    fn propagate(&mut self, now: Instant, id: SubchannelId) {
+        let mut used = false;
+        for leaf in self.leaves.iter_mut().flatten() {
+            used |= leaf.on_subchannel(now, &mut self.pool, id);
+        }
+        if used {
+            self.refresh_aggregates(now);
+            self.picker_changed = true;
+        }
+    }
+
+    fn refresh_aggregates(&mut self, now: Instant) {
+        for aggregate in &mut self.aggregates {
+            aggregate.refresh(now, &mut self.leaves, &mut self.pool);
+        }
     }
 }
 

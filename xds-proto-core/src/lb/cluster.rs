@@ -1,0 +1,400 @@
+//! One leaf (EDS or LOGICAL_DNS) cluster, gRPC's `xds_cluster_impl` and what it wraps:
+//! EDS `drop_overloads` (random per million, per category in order), circuit breaking
+//! (`max_requests` calls in flight, extra picks fail with UNAVAILABLE), outlier
+//! detection, the priorities with failover and, per priority, the weighted localities
+//! or a single endpoint policy over all of them.
+//!
+//! The cluster holds a pool reference on every address it lists (usable endpoints of
+//! every priority), so a subchannel lives exactly as long as some cluster names it.
+//! A cluster starts (creates its first priority and connects) at its first pick, or
+//! when an aggregate cluster fails over to it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::api::{CallToken, ConnectivityState, Pick, PickArgs, SubchannelId};
+use super::layout::{Layout, LocalitySpec, PriorityChild, build_specs};
+use super::outlier::{EjectionChange, OutlierDetector};
+use super::policy::{Ctx, PickRng, Picked};
+use super::priority::{Choice, Failover};
+use super::subchannel::SubchannelPool;
+use crate::client::{Code, Status};
+use crate::resource::cluster::ClusterResource;
+use crate::resource::endpoint::EndpointsResource;
+use crate::time::Instant;
+
+/// Where a leaf cluster's endpoints come from.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Source {
+    /// EDS: the endpoints, or why there are none.
+    Eds(Result<Arc<EndpointsResource>, String>),
+    /// LOGICAL_DNS: the resolved addresses, or why there are none (`Ok(empty)` before
+    /// the first resolution).
+    Dns(Result<Vec<SocketAddr>, String>),
+}
+
+#[derive(Debug)]
+pub(super) struct LeafCluster {
+    pub(super) name: Arc<str>,
+    pub(super) generation: u32,
+    resource: Arc<ClusterResource>,
+    source: Source,
+    layout: Layout,
+    drops: Vec<(Arc<str>, u32)>,
+    in_flight: u32,
+    breaker_status: Arc<Status>,
+    failure_status: Arc<Status>,
+    priorities: Vec<Vec<LocalitySpec>>,
+    children: Vec<Option<PriorityChild>>,
+    failover: Failover,
+    failover_timeout: Duration,
+    outlier: Option<OutlierDetector>,
+    /// Every subchannel the cluster holds a reference on, sorted.
+    subchannels: Vec<SubchannelId>,
+    started: bool,
+}
+
+impl LeafCluster {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        now: Instant,
+        pool: &mut SubchannelPool,
+        name: &str,
+        generation: u32,
+        resource: Arc<ClusterResource>,
+        source: Source,
+        failover_timeout: Duration,
+        ring_size_cap: u64,
+    ) -> LeafCluster {
+        let mut cluster = LeafCluster {
+            name: name.into(),
+            generation,
+            layout: Layout::of(&resource.lb_policy, ring_size_cap),
+            breaker_status: Arc::new(Status::new(Code::UNAVAILABLE, "")),
+            failure_status: Arc::new(Status::new(Code::UNAVAILABLE, "")),
+            resource: resource.clone(),
+            source: Source::Dns(Ok(Vec::new())),
+            drops: Vec::new(),
+            in_flight: 0,
+            priorities: Vec::new(),
+            children: Vec::new(),
+            failover: Failover::new(0, failover_timeout),
+            failover_timeout,
+            outlier: None,
+            subchannels: Vec::new(),
+            started: false,
+        };
+        cluster.update(now, pool, resource, source, ring_size_cap);
+        cluster
+    }
+
+    /// Takes the cluster's new resource and endpoints; a no-op when neither changed.
+    pub(super) fn update(
+        &mut self,
+        now: Instant,
+        pool: &mut SubchannelPool,
+        resource: Arc<ClusterResource>,
+        source: Source,
+        ring_size_cap: u64,
+    ) {
+        if !self.priorities.is_empty() || !self.subchannels.is_empty() {
+            let same_resource = Arc::ptr_eq(&resource, &self.resource) || resource == self.resource;
+            if same_resource && source == self.source {
+                return;
+            }
+        }
+        let name = &self.name;
+        self.breaker_status = Arc::new(Status::new(
+            Code::UNAVAILABLE,
+            format!(
+                "cluster {name:?}: circuit breaker open: max_requests ({}) calls in flight",
+                resource.max_requests
+            ),
+        ));
+        let why = match &source {
+            Source::Eds(Err(note)) | Source::Dns(Err(note)) => note.clone(),
+            Source::Eds(Ok(e)) if e.priorities.is_empty() => "no endpoints".to_owned(),
+            Source::Dns(Ok(a)) if a.is_empty() => "no addresses resolved yet".to_owned(),
+            _ => "no reachable endpoints".to_owned(),
+        };
+        self.failure_status = Arc::new(Status::new(
+            Code::UNAVAILABLE,
+            format!("cluster {name:?}: {why}"),
+        ));
+        self.drops = match &source {
+            Source::Eds(Ok(e)) => e
+                .drop_overloads
+                .iter()
+                .map(|d| (Arc::from(d.category.as_str()), d.drop_per_million))
+                .collect(),
+            _ => Vec::new(),
+        };
+        self.layout = Layout::of(&resource.lb_policy, ring_size_cap);
+        // New references first, so that addresses still listed keep their subchannel.
+        let old = std::mem::take(&mut self.subchannels);
+        self.priorities = build_specs(pool, &source, self.layout);
+        self.subchannels = self
+            .priorities
+            .iter()
+            .flatten()
+            .flat_map(|l| &l.endpoints)
+            .flat_map(|e| e.subchannels.iter().copied())
+            .collect();
+        self.subchannels.sort_unstable();
+        for id in old {
+            pool.release(id);
+        }
+        self.outlier = match (self.outlier.take(), resource.outlier_detection.clone()) {
+            (_, None) => None,
+            (Some(mut o), Some(config)) => {
+                o.reconfigure(config);
+                Some(o)
+            }
+            (None, Some(config)) => Some(OutlierDetector::new(now, config)),
+        };
+        if let Some(o) = &mut self.outlier {
+            o.set_addresses(self.subchannels.iter().copied());
+        }
+        self.resource = resource;
+        self.source = source;
+        self.children = (0..self.priorities.len()).map(|_| None).collect();
+        self.failover = Failover::new(self.priorities.len(), self.failover_timeout);
+        if self.started {
+            self.choose(now, pool);
+        }
+    }
+
+    /// Releases every subchannel reference (the cluster is going away).
+    pub(super) fn release(&mut self, pool: &mut SubchannelPool) {
+        self.children.clear();
+        for id in self.subchannels.drain(..) {
+            pool.release(id);
+        }
+    }
+
+    /// Takes new endpoints for the same resource (a DNS resolution).
+    pub(super) fn set_source(
+        &mut self,
+        now: Instant,
+        pool: &mut SubchannelPool,
+        source: Source,
+        ring_size_cap: u64,
+    ) {
+        let resource = self.resource.clone();
+        self.update(now, pool, resource, source, ring_size_cap);
+    }
+
+    pub(super) fn resource(&self) -> &ClusterResource {
+        &self.resource
+    }
+
+    pub(super) fn dns_source(&self) -> Option<&Source> {
+        matches!(self.source, Source::Dns(_)).then_some(&self.source)
+    }
+
+    pub(super) fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// Starts the cluster: its first priority is created and connects.
+    pub(super) fn start(&mut self, now: Instant, pool: &mut SubchannelPool) {
+        if !self.started {
+            self.started = true;
+            self.choose(now, pool);
+        }
+    }
+
+    /// The state aggregate clusters and `cluster_state` see.
+    pub(super) fn state(&self) -> ConnectivityState {
+        if !self.started {
+            ConnectivityState::Idle
+        } else {
+            self.failover.state()
+        }
+    }
+
+    fn ctx<'a>(pool: &'a mut SubchannelPool, outlier: &'a Option<OutlierDetector>) -> Ctx<'a> {
+        Ctx {
+            pool,
+            outlier: outlier.as_ref(),
+        }
+    }
+
+    /// Runs failover until it settles: children are started as it reaches them and the
+    /// ones below the chosen priority are stopped.
+    fn choose(&mut self, now: Instant, pool: &mut SubchannelPool) {
+        loop {
+            match self.failover.choose() {
+                Choice::Start(i) => {
+                    let mut ctx = Self::ctx(pool, &self.outlier);
+                    let child = PriorityChild::new(&mut ctx, self.layout, &self.priorities[i]);
+                    self.failover.started(now, i, child.state());
+                    self.children[i] = Some(child);
+                }
+                Choice::Use(i) => {
+                    for j in i + 1..self.children.len() {
+                        if self.children[j].take().is_some() {
+                            self.failover.stopped(j);
+                        }
+                    }
+                    return;
+                }
+                Choice::None => return,
+            }
+        }
+    }
+
+    /// A subchannel's effective state changed; true if the cluster uses it.
+    pub(super) fn on_subchannel(
+        &mut self,
+        now: Instant,
+        pool: &mut SubchannelPool,
+        id: SubchannelId,
+    ) -> bool {
+        if self.subchannels.binary_search(&id).is_err() {
+            return false;
+        }
+        let mut ctx = Self::ctx(pool, &self.outlier);
+        for (i, child) in self.children.iter_mut().enumerate() {
+            if let Some(child) = child {
+                child.on_state(&mut ctx, id);
+                self.failover.child_state(now, i, child.state());
+            }
+        }
+        if self.started {
+            self.choose(now, pool);
+        }
+        true
+    }
+
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        let sweep = self.outlier.as_ref().map(OutlierDetector::next_sweep);
+        match (self.failover.next_deadline(), sweep) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the failover timers and the outlier sweep due at `now`; true if anything
+    /// changed.
+    pub(super) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        pool: &mut SubchannelPool,
+        changes: &mut Vec<EjectionChange>,
+    ) -> bool {
+        let mut changed = self.failover.handle_timeout(now);
+        if let Some(outlier) = &mut self.outlier {
+            changes.clear();
+            outlier.sweep(now, &mut pool.rng, changes);
+            for change in changes.iter() {
+                changed = true;
+                tracing::debug!(
+                    cluster = %self.name,
+                    address = ?pool.address(change.subchannel),
+                    ejected = change.ejected,
+                    "outlier detection"
+                );
+                let mut ctx = Self::ctx(pool, &self.outlier);
+                for child in self.children.iter_mut().flatten() {
+                    child.on_state(&mut ctx, change.subchannel);
+                }
+            }
+            for (i, child) in self.children.iter().enumerate() {
+                if let Some(child) = child {
+                    self.failover.child_state(now, i, child.state());
+                }
+            }
+        }
+        if changed && self.started {
+            self.choose(now, pool);
+        }
+        changed
+    }
+
+    /// The cluster_impl picker: drops, then the circuit breaker, then the priority in
+    /// use. Allocates nothing.
+    pub(super) fn pick(
+        &mut self,
+        now: Instant,
+        pool: &mut SubchannelPool,
+        slot: u32,
+        args: &PickArgs,
+        rng: &mut PickRng,
+    ) -> Pick {
+        if !self.started {
+            self.start(now, pool);
+        }
+        for (category, per_million) in &self.drops {
+            if rng.below(1_000_000) < u64::from(*per_million) {
+                return Pick::Drop {
+                    category: category.clone(),
+                };
+            }
+        }
+        if self.in_flight >= self.resource.max_requests {
+            return Pick::Fail(self.breaker_status.clone());
+        }
+        let current = self.failover.current();
+        let Some(child) = current.and_then(|i| self.children[i].as_mut()) else {
+            return Pick::Fail(self.failure_status.clone());
+        };
+        let mut ctx = Ctx {
+            pool,
+            outlier: self.outlier.as_ref(),
+        };
+        match child.pick(&mut ctx, args.hash, rng) {
+            Picked::Subchannel(subchannel) => {
+                let Some(address) = ctx.pool.address(subchannel) else {
+                    return Pick::Fail(self.failure_status.clone());
+                };
+                self.in_flight += 1;
+                ctx.pool.call_started(subchannel);
+                Pick::Complete {
+                    subchannel,
+                    address,
+                    call: CallToken {
+                        cluster: slot,
+                        cluster_generation: self.generation,
+                        subchannel,
+                    },
+                }
+            }
+            Picked::Queue => Pick::Queue,
+            Picked::Fail => Pick::Fail(self.failure_status.clone()),
+        }
+    }
+
+    /// A call this cluster started ended.
+    pub(super) fn call_finished(&mut self, subchannel: SubchannelId, success: bool) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(outlier) = &mut self.outlier {
+            outlier.record(subchannel, success);
+        }
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn outlier(&self) -> Option<&OutlierDetector> {
+        self.outlier.as_ref()
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn current_priority(&self) -> Option<usize> {
+        self.failover.current()
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn child(&self, priority: usize) -> Option<&PriorityChild> {
+        self.children.get(priority).and_then(Option::as_ref)
+    }
+}

@@ -1,0 +1,239 @@
+//! Outlier detection (gRFC A50) for one cluster: call outcomes counted per subchannel in
+//! two buckets (the interval being filled and the last complete one); every `interval`
+//! the buckets swap and the success-rate and failure-percentage algorithms eject
+//! outliers, within `max_ejection_percent`, with their enforcement probability; an
+//! ejection lasts `base_ejection_time × multiplier` (capped by the greater of
+//! `max_ejection_time` and the base) and ends at the first sweep after that; the
+//! multiplier decays by one per sweep without ejection. Ejected subchannels look like
+//! TRANSIENT_FAILURE to the cluster's policies.
+
+use rand_core::RngCore;
+
+use super::api::SubchannelId;
+use crate::DetHashMap;
+use crate::resource::cluster::OutlierDetection;
+use crate::time::Instant;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    success: u32,
+    failure: u32,
+}
+
+impl Counts {
+    fn volume(self) -> u32 {
+        self.success + self.failure
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct AddressStats {
+    current: Counts,
+    last: Counts,
+    ejected_at: Option<Instant>,
+    multiplier: u32,
+}
+
+/// One cluster's outlier detector.
+#[derive(Debug)]
+pub(super) struct OutlierDetector {
+    config: OutlierDetection,
+    next_sweep: Instant,
+    addresses: DetHashMap<SubchannelId, AddressStats>,
+}
+
+/// A subchannel whose ejection changed at a sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct EjectionChange {
+    pub(super) subchannel: SubchannelId,
+    pub(super) ejected: bool,
+}
+
+impl OutlierDetector {
+    pub(super) fn new(now: Instant, config: OutlierDetection) -> OutlierDetector {
+        OutlierDetector {
+            next_sweep: now + config.interval,
+            config,
+            addresses: DetHashMap::default(),
+        }
+    }
+
+    /// Takes a new config: the sweep keeps its phase (the next one comes `interval`
+    /// after the last, as A50 says), the counters and ejections stay.
+    pub(super) fn reconfigure(&mut self, config: OutlierDetection) {
+        if config.interval != self.config.interval {
+            self.next_sweep = self.next_sweep - self.config.interval + config.interval;
+        }
+        self.config = config;
+    }
+
+    /// Tracks exactly `subchannels`: new ones start clean, others are forgotten (with
+    /// their ejections, which the caller sees in `ejected_now` before and after).
+    pub(super) fn set_addresses(&mut self, subchannels: impl Iterator<Item = SubchannelId>) {
+        let mut next = DetHashMap::default();
+        for id in subchannels {
+            let stats = self.addresses.remove(&id).unwrap_or_default();
+            next.insert(id, stats);
+        }
+        self.addresses = next;
+    }
+
+    pub(super) fn is_ejected(&self, id: SubchannelId) -> bool {
+        self.addresses
+            .get(&id)
+            .is_some_and(|a| a.ejected_at.is_some())
+    }
+
+    pub(super) fn next_sweep(&self) -> Instant {
+        self.next_sweep
+    }
+
+    pub(super) fn record(&mut self, id: SubchannelId, success: bool) {
+        if let Some(a) = self.addresses.get_mut(&id) {
+            if success {
+                a.current.success += 1;
+            } else {
+                a.current.failure += 1;
+            }
+        }
+    }
+
+    /// Runs the sweep due at `now`, if any; appends the ejections that changed.
+    pub(super) fn sweep(
+        &mut self,
+        now: Instant,
+        rng: &mut impl RngCore,
+        changes: &mut Vec<EjectionChange>,
+    ) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + self.config.interval;
+        for a in self.addresses.values_mut() {
+            a.last = std::mem::take(&mut a.current);
+        }
+        // Sorted, so that enforcement draws replay in the same order.
+        let mut ids: Vec<SubchannelId> = self.addresses.keys().copied().collect();
+        ids.sort_unstable();
+        self.success_rate(now, &ids, rng, changes);
+        self.failure_percentage(now, &ids, rng, changes);
+        let base = self.config.base_ejection_time;
+        let max = self.config.max_ejection_time.max(base);
+        for id in &ids {
+            let a = self.addresses.get_mut(id).expect("listed");
+            match a.ejected_at {
+                None => a.multiplier = a.multiplier.saturating_sub(1),
+                Some(at) => {
+                    let span = base.saturating_mul(a.multiplier).min(max);
+                    if now >= at + span {
+                        a.ejected_at = None;
+                        changes.push(EjectionChange {
+                            subchannel: *id,
+                            ejected: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn success_rate(
+        &mut self,
+        now: Instant,
+        ids: &[SubchannelId],
+        rng: &mut impl RngCore,
+        changes: &mut Vec<EjectionChange>,
+    ) {
+        let Some(sr) = self.config.success_rate_ejection.clone() else {
+            return;
+        };
+        let rates: Vec<(SubchannelId, f64)> = ids
+            .iter()
+            .filter_map(|id| {
+                let c = self.addresses[id].last;
+                (c.volume() >= sr.request_volume && c.volume() > 0)
+                    .then(|| (*id, f64::from(c.success) / f64::from(c.volume())))
+            })
+            .collect();
+        if rates.len() < sr.minimum_hosts as usize || rates.is_empty() {
+            return;
+        }
+        let n = rates.len() as f64;
+        let mean = rates.iter().map(|(_, r)| r).sum::<f64>() / n;
+        let variance = rates.iter().map(|(_, r)| (r - mean).powi(2)).sum::<f64>() / n;
+        let threshold = mean - variance.sqrt() * (f64::from(sr.stdev_factor) / 1000.0);
+        for (id, rate) in rates {
+            if rate < threshold {
+                self.maybe_eject(now, id, sr.enforcement_percentage, rng, changes);
+            }
+        }
+    }
+
+    fn failure_percentage(
+        &mut self,
+        now: Instant,
+        ids: &[SubchannelId],
+        rng: &mut impl RngCore,
+        changes: &mut Vec<EjectionChange>,
+    ) {
+        let Some(fp) = self.config.failure_percentage_ejection.clone() else {
+            return;
+        };
+        let candidates: Vec<(SubchannelId, Counts)> = ids
+            .iter()
+            .map(|id| (*id, self.addresses[id].last))
+            .filter(|(_, c)| c.volume() >= fp.request_volume && c.volume() > 0)
+            .collect();
+        if candidates.len() < fp.minimum_hosts as usize {
+            return;
+        }
+        for (id, c) in candidates {
+            if u64::from(c.failure) * 100 > u64::from(fp.threshold) * u64::from(c.volume()) {
+                self.maybe_eject(now, id, fp.enforcement_percentage, rng, changes);
+            }
+        }
+    }
+
+    fn maybe_eject(
+        &mut self,
+        now: Instant,
+        id: SubchannelId,
+        enforcement_percentage: u32,
+        rng: &mut impl RngCore,
+        changes: &mut Vec<EjectionChange>,
+    ) {
+        let ejected = self
+            .addresses
+            .values()
+            .filter(|a| a.ejected_at.is_some())
+            .count();
+        // A50: no ejection once the ejected share reaches max_ejection_percent.
+        if ejected as u64 * 100
+            >= u64::from(self.config.max_ejection_percent) * self.addresses.len() as u64
+        {
+            return;
+        }
+        if rng.next_u64() % 100 >= u64::from(enforcement_percentage) {
+            return;
+        }
+        let a = self.addresses.get_mut(&id).expect("candidate");
+        if a.ejected_at.is_some() {
+            return;
+        }
+        a.ejected_at = Some(now);
+        a.multiplier += 1;
+        changes.push(EjectionChange {
+            subchannel: id,
+            ejected: true,
+        });
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn ejected_count(&self) -> usize {
+        self.addresses
+            .values()
+            .filter(|a| a.ejected_at.is_some())
+            .count()
+    }
+}

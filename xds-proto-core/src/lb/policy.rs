@@ -1,0 +1,190 @@
+//! What every endpoint policy shares: the context they act through (subchannel states as
+//! the cluster sees them, connection requests), the per-pick random stream, the
+//! endpoint description they are built from, and [`EndpointPolicy`], the dispatch over
+//! `pick_first`, `round_robin`, `ring_hash` and `least_request`.
+
+use std::net::SocketAddr;
+
+use super::api::{ConnectivityState, SubchannelId};
+use super::least_request::LeastRequest;
+use super::outlier::OutlierDetector;
+use super::pick_first::PickFirst;
+use super::ring_hash::RingHash;
+use super::round_robin::RoundRobin;
+use super::subchannel::SubchannelPool;
+
+/// What a policy acts through: the pool (states, connection requests, the load
+/// balancer's seeded randomness) and the cluster's outlier detector, whose ejected
+/// subchannels the policies see in TRANSIENT_FAILURE (A50).
+pub(super) struct Ctx<'a> {
+    pub(super) pool: &'a mut SubchannelPool,
+    pub(super) outlier: Option<&'a OutlierDetector>,
+}
+
+impl Ctx<'_> {
+    /// The subchannel's state as this cluster sees it.
+    pub(super) fn state(&self, id: SubchannelId) -> ConnectivityState {
+        if self.outlier.is_some_and(|o| o.is_ejected(id)) {
+            ConnectivityState::TransientFailure
+        } else {
+            self.pool.state(id)
+        }
+    }
+
+    pub(super) fn connect(&mut self, id: SubchannelId) {
+        if !self.outlier.is_some_and(|o| o.is_ejected(id)) {
+            self.pool.connect(id);
+        }
+    }
+
+    pub(super) fn random(&mut self) -> u64 {
+        rand_core::RngCore::next_u64(&mut self.pool.rng)
+    }
+}
+
+/// The random stream of one pick, grown from [`PickArgs::random`](super::PickArgs) by
+/// splitmix64 steps: cheap, and every use gets its own well-mixed value.
+pub(super) struct PickRng(u64);
+
+impl PickRng {
+    pub(super) fn new(seed: u64) -> PickRng {
+        PickRng(seed)
+    }
+
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform value below `n` (> 0), by multiply-shift (no division).
+    pub(super) fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// One endpoint as the policies get it: its subchannels (one per address, in order),
+/// its weight, and the address ring hash keys it by.
+#[derive(Clone, Debug)]
+pub(super) struct EndpointSpec {
+    pub(super) subchannels: Vec<SubchannelId>,
+    /// Locality weight × endpoint weight when the policy is not per locality, else the
+    /// endpoint weight.
+    pub(super) weight: u64,
+    pub(super) address: SocketAddr,
+}
+
+/// A policy's pick, before the cluster turns it into a [`Pick`](super::Pick).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Picked {
+    Subchannel(SubchannelId),
+    Queue,
+    Fail,
+}
+
+impl Picked {
+    /// What a policy without a ready endpoint answers in `state`.
+    pub(super) fn not_ready(state: ConnectivityState) -> Picked {
+        match state {
+            ConnectivityState::TransientFailure => Picked::Fail,
+            _ => Picked::Queue,
+        }
+    }
+}
+
+/// Which endpoint policy, with its settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum PolicyKind {
+    PickFirst {
+        shuffle: bool,
+    },
+    RoundRobin,
+    RingHash {
+        min_ring_size: u64,
+        max_ring_size: u64,
+    },
+    LeastRequest {
+        choice_count: u32,
+    },
+}
+
+/// An endpoint policy over one set of endpoints (a locality, or a whole priority).
+#[derive(Debug)]
+pub(super) enum EndpointPolicy {
+    PickFirst(PickFirst),
+    RoundRobin(RoundRobin),
+    RingHash(RingHash),
+    LeastRequest(LeastRequest),
+}
+
+impl EndpointPolicy {
+    pub(super) fn new(ctx: &mut Ctx, kind: PolicyKind, endpoints: &[EndpointSpec]) -> Self {
+        match kind {
+            PolicyKind::PickFirst { shuffle } => {
+                let mut addresses: Vec<SubchannelId> = endpoints
+                    .iter()
+                    .flat_map(|e| e.subchannels.iter().copied())
+                    .collect();
+                if shuffle {
+                    shuffle_in_place(ctx, &mut addresses);
+                }
+                let mut pf = PickFirst::new(ctx, addresses);
+                pf.exit_idle(ctx);
+                EndpointPolicy::PickFirst(pf)
+            }
+            PolicyKind::RoundRobin => EndpointPolicy::RoundRobin(RoundRobin::new(ctx, endpoints)),
+            PolicyKind::RingHash {
+                min_ring_size,
+                max_ring_size,
+            } => EndpointPolicy::RingHash(RingHash::new(
+                ctx,
+                endpoints,
+                min_ring_size,
+                max_ring_size,
+            )),
+            PolicyKind::LeastRequest { choice_count } => {
+                EndpointPolicy::LeastRequest(LeastRequest::new(ctx, endpoints, choice_count))
+            }
+        }
+    }
+
+    pub(super) fn state(&self) -> ConnectivityState {
+        match self {
+            EndpointPolicy::PickFirst(p) => p.state(),
+            EndpointPolicy::RoundRobin(p) => p.state(),
+            EndpointPolicy::RingHash(p) => p.state(),
+            EndpointPolicy::LeastRequest(p) => p.state(),
+        }
+    }
+
+    /// A subchannel's state (as the cluster sees it) changed.
+    pub(super) fn on_state(&mut self, ctx: &mut Ctx, id: SubchannelId) {
+        match self {
+            EndpointPolicy::PickFirst(p) => {
+                p.on_state(ctx, id);
+                // A pick_first policy whose connection closed stays IDLE until a pick.
+            }
+            EndpointPolicy::RoundRobin(p) => p.on_state(ctx, id),
+            EndpointPolicy::RingHash(p) => p.on_state(ctx, id),
+            EndpointPolicy::LeastRequest(p) => p.on_state(ctx, id),
+        }
+    }
+
+    pub(super) fn pick(&mut self, ctx: &mut Ctx, hash: Option<u64>, rng: &mut PickRng) -> Picked {
+        match self {
+            EndpointPolicy::PickFirst(p) => p.pick(ctx),
+            EndpointPolicy::RoundRobin(p) => p.pick(),
+            EndpointPolicy::RingHash(p) => p.pick(ctx, hash.unwrap_or_else(|| rng.next())),
+            EndpointPolicy::LeastRequest(p) => p.pick(ctx.pool, rng),
+        }
+    }
+}
+
+fn shuffle_in_place(ctx: &mut Ctx, items: &mut [SubchannelId]) {
+    for i in (1..items.len()).rev() {
+        let j = (ctx.random() % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}

@@ -1,0 +1,166 @@
+//! `ring_hash` (gRFCs A42, A76): a ring of XXH64 hashes of `"<address>_<n>"`, each
+//! endpoint owning entries in proportion to its weight; a pick takes the first entry at
+//! or after the request hash. Endpoints connect only when a pick lands on them (or, in
+//! TRANSIENT_FAILURE, one at a time to recover), and the aggregate state follows A42's
+//! rules so that a single failed endpoint does not fail the whole policy.
+
+use std::fmt::Write as _;
+
+use super::api::{ConnectivityState, SubchannelId};
+use super::pick_first::PickFirst;
+use super::policy::{Ctx, EndpointSpec, Picked};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RingEntry {
+    pub(super) hash: u64,
+    pub(super) endpoint: u32,
+}
+
+#[derive(Debug)]
+pub(super) struct RingHash {
+    endpoints: Vec<PickFirst>,
+    ring: Vec<RingEntry>,
+    state: ConnectivityState,
+}
+
+/// Builds the ring (A42): with normalized weights `w`, `scale = min(ceil(min(w) *
+/// min_ring_size) / min(w), max_ring_size)`, and endpoint `i` gets entries until the
+/// running count reaches the running sum of `scale * w[i]`; then sorted by hash.
+pub(super) fn build_ring(specs: &[EndpointSpec], min_size: u64, max_size: u64) -> Vec<RingEntry> {
+    let total: u64 = specs.iter().map(|e| e.weight).sum();
+    if specs.is_empty() || total == 0 {
+        return Vec::new();
+    }
+    let min_weight = specs.iter().map(|e| e.weight).min().unwrap_or(1) as f64 / total as f64;
+    let scale = ((min_weight * min_size as f64).ceil() / min_weight).min(max_size as f64);
+    let mut ring = Vec::with_capacity(scale.ceil() as usize);
+    let mut key = String::with_capacity(64);
+    let (mut current, mut target) = (0f64, 0f64);
+    for (i, endpoint) in specs.iter().enumerate() {
+        target += scale * endpoint.weight as f64 / total as f64;
+        let mut n = 0u64;
+        while current < target {
+            key.clear();
+            let _ = write!(key, "{}_{}", endpoint.address, n);
+            ring.push(RingEntry {
+                hash: xxhash_rust::xxh64::xxh64(key.as_bytes(), 0),
+                endpoint: i as u32,
+            });
+            n += 1;
+            current += 1.0;
+        }
+    }
+    ring.sort_by_key(|e| e.hash);
+    ring
+}
+
+impl RingHash {
+    pub(super) fn new(
+        ctx: &mut Ctx,
+        specs: &[EndpointSpec],
+        min_ring_size: u64,
+        max_ring_size: u64,
+    ) -> RingHash {
+        let mut policy = RingHash {
+            endpoints: specs
+                .iter()
+                .map(|e| PickFirst::new(ctx, e.subchannels.clone()))
+                .collect(),
+            ring: build_ring(specs, min_ring_size, max_ring_size),
+            state: ConnectivityState::Idle,
+        };
+        policy.refresh(ctx);
+        policy
+    }
+
+    pub(super) fn state(&self) -> ConnectivityState {
+        self.state
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn ring(&self) -> &[RingEntry] {
+        &self.ring
+    }
+
+    pub(super) fn on_state(&mut self, ctx: &mut Ctx, id: SubchannelId) {
+        let mut touched = false;
+        for endpoint in &mut self.endpoints {
+            if endpoint.addresses().contains(&id) {
+                endpoint.on_state(ctx, id);
+                touched = true;
+            }
+        }
+        if touched {
+            self.refresh(ctx);
+        }
+    }
+
+    /// A42's aggregation: READY if any endpoint is; TRANSIENT_FAILURE if two are;
+    /// CONNECTING if one is connecting, or one failed among several; IDLE if one is
+    /// idle; else TRANSIENT_FAILURE. In TRANSIENT_FAILURE no pick triggers connections,
+    /// so the policy keeps one endpoint connecting itself.
+    fn refresh(&mut self, ctx: &mut Ctx) {
+        let count = |s| self.endpoints.iter().filter(|e| e.state() == s).count();
+        let failed = count(ConnectivityState::TransientFailure);
+        self.state = if count(ConnectivityState::Ready) > 0 {
+            ConnectivityState::Ready
+        } else if failed >= 2 {
+            ConnectivityState::TransientFailure
+        } else if count(ConnectivityState::Connecting) > 0
+            || (failed == 1 && self.endpoints.len() > 1)
+        {
+            ConnectivityState::Connecting
+        } else if count(ConnectivityState::Idle) > 0 {
+            ConnectivityState::Idle
+        } else {
+            ConnectivityState::TransientFailure
+        };
+        if self.state == ConnectivityState::TransientFailure
+            && count(ConnectivityState::Connecting) == 0
+            && let Some(idle) = self
+                .endpoints
+                .iter_mut()
+                .find(|e| e.state() == ConnectivityState::Idle)
+        {
+            idle.exit_idle(ctx);
+        }
+    }
+
+    /// A42's picker: the entry at the hash decides when it is READY (pick), IDLE
+    /// (connect and queue) or CONNECTING (queue); when it failed, the next distinct
+    /// endpoint decides the same way, and past that the first READY endpoint on the
+    /// ring is taken.
+    pub(super) fn pick(&mut self, ctx: &mut Ctx, hash: u64) -> Picked {
+        if self.ring.is_empty() || self.state == ConnectivityState::TransientFailure {
+            return Picked::Fail;
+        }
+        let len = self.ring.len();
+        let start = self.ring.partition_point(|e| e.hash < hash) % len;
+        let mut previous = u32::MAX;
+        let mut distinct = 0;
+        for step in 0..len {
+            let index = self.ring[(start + step) % len].endpoint;
+            if index == previous {
+                continue;
+            }
+            previous = index;
+            distinct += 1;
+            let endpoint = &mut self.endpoints[index as usize];
+            match (endpoint.state(), distinct) {
+                (ConnectivityState::Ready, _) => {
+                    if let Some(id) = endpoint.selected() {
+                        return Picked::Subchannel(id);
+                    }
+                }
+                (ConnectivityState::Idle, 1 | 2) => {
+                    endpoint.exit_idle(ctx);
+                    return Picked::Queue;
+                }
+                (ConnectivityState::Connecting, 1 | 2) => return Picked::Queue,
+                _ => {}
+            }
+        }
+        Picked::Fail
+    }
+}

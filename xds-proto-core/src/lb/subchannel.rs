@@ -1,0 +1,226 @@
+//! The subchannel pool: one subchannel per address, shared by every cluster that names
+//! the address. It owns each subchannel's reported state, its reconnect backoff (gRPC's
+//! subchannel backoff: after TRANSIENT_FAILURE the subchannel waits, then goes IDLE and
+//! may be asked to connect again), its count of calls in flight (least request), its
+//! reference count, and the actions queued for the embedder.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::net::SocketAddr;
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::api::{ConnectivityState, LbAction, SubchannelId};
+use crate::DetHashMap;
+use crate::backoff::{Backoff, BackoffConfig};
+use crate::time::Instant;
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    live: bool,
+    address: SocketAddr,
+    /// Clusters holding the subchannel.
+    refs: u32,
+    state: ConnectivityState,
+    /// A `Connect` was emitted and no state has been reported since.
+    connect_pending: bool,
+    backoff: Backoff,
+    /// While in TRANSIENT_FAILURE: when the backoff ends and the subchannel goes IDLE.
+    retry_at: Option<Instant>,
+    in_flight: u32,
+}
+
+/// Every subchannel of one load balancer.
+#[derive(Debug)]
+pub(super) struct SubchannelPool {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_address: DetHashMap<SocketAddr, SubchannelId>,
+    retries: BTreeSet<(Instant, SubchannelId)>,
+    backoff: BackoffConfig,
+    pub(super) rng: Xoshiro256PlusPlus,
+    pub(super) actions: VecDeque<LbAction>,
+}
+
+impl SubchannelPool {
+    pub(super) fn new(backoff: BackoffConfig, rng: Xoshiro256PlusPlus) -> SubchannelPool {
+        SubchannelPool {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_address: DetHashMap::default(),
+            retries: BTreeSet::new(),
+            backoff,
+            rng,
+            actions: VecDeque::new(),
+        }
+    }
+
+    fn slot(&self, id: SubchannelId) -> Option<&Slot> {
+        self.slots
+            .get(id.index())
+            .filter(|s| s.live && s.generation == id.generation())
+    }
+
+    fn slot_mut(&mut self, id: SubchannelId) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(id.index())
+            .filter(|s| s.live && s.generation == id.generation())
+    }
+
+    /// Takes a reference on the subchannel of `address`, creating it (IDLE) if needed.
+    pub(super) fn acquire(&mut self, address: SocketAddr) -> SubchannelId {
+        if let Some(id) = self.by_address.get(&address) {
+            let id = *id;
+            if let Some(slot) = self.slot_mut(id) {
+                slot.refs += 1;
+            }
+            return id;
+        }
+        let slot = |generation| Slot {
+            generation,
+            live: true,
+            address,
+            refs: 1,
+            state: ConnectivityState::Idle,
+            connect_pending: false,
+            backoff: Backoff::new(self.backoff),
+            retry_at: None,
+            in_flight: 0,
+        };
+        let id = match self.free.pop() {
+            Some(index) => {
+                let s = &mut self.slots[index as usize];
+                let generation = s.generation.wrapping_add(1);
+                *s = slot(generation);
+                SubchannelId::new(index, generation)
+            }
+            None => {
+                let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 subchannels");
+                self.slots.push(slot(0));
+                SubchannelId::new(index, 0)
+            }
+        };
+        self.by_address.insert(address, id);
+        id
+    }
+
+    /// Drops a reference; the last one disconnects and forgets the subchannel.
+    pub(super) fn release(&mut self, id: SubchannelId) {
+        let Some(slot) = self.slot_mut(id) else {
+            return;
+        };
+        slot.refs -= 1;
+        if slot.refs > 0 {
+            return;
+        }
+        slot.live = false;
+        let (address, retry_at) = (slot.address, slot.retry_at.take());
+        if let Some(at) = retry_at {
+            self.retries.remove(&(at, id));
+        }
+        self.by_address.remove(&address);
+        self.free.push(id.index() as u32);
+        self.actions
+            .push_back(LbAction::Disconnect { subchannel: id });
+    }
+
+    pub(super) fn state(&self, id: SubchannelId) -> ConnectivityState {
+        self.slot(id)
+            .map_or(ConnectivityState::TransientFailure, |s| s.state)
+    }
+
+    pub(super) fn address(&self, id: SubchannelId) -> Option<SocketAddr> {
+        self.slot(id).map(|s| s.address)
+    }
+
+    /// Asks the embedder for a connection attempt, if the subchannel is IDLE and none is
+    /// pending.
+    pub(super) fn connect(&mut self, id: SubchannelId) {
+        let Some(slot) = self.slot_mut(id) else {
+            return;
+        };
+        if slot.state != ConnectivityState::Idle || slot.connect_pending {
+            return;
+        }
+        slot.connect_pending = true;
+        let address = slot.address;
+        self.actions.push_back(LbAction::Connect {
+            subchannel: id,
+            address,
+        });
+    }
+
+    /// Records a reported state. Returns the state the clusters must see, when it
+    /// changed. During the reconnect backoff the subchannel stays in
+    /// TRANSIENT_FAILURE whatever is reported, as gRPC's subchannels do.
+    pub(super) fn set_state(
+        &mut self,
+        now: Instant,
+        id: SubchannelId,
+        state: ConnectivityState,
+    ) -> Option<ConnectivityState> {
+        let slot = self.slots.get_mut(id.index())?;
+        if !slot.live || slot.generation != id.generation() || slot.state == state {
+            return None;
+        }
+        if slot.retry_at.is_some() && state != ConnectivityState::Ready {
+            return None;
+        }
+        slot.connect_pending = false;
+        match state {
+            ConnectivityState::Ready => {
+                slot.backoff.reset();
+                if let Some(at) = slot.retry_at.take() {
+                    self.retries.remove(&(at, id));
+                }
+            }
+            ConnectivityState::TransientFailure => {
+                let at = now + slot.backoff.next_delay(&mut self.rng);
+                slot.retry_at = Some(at);
+                self.retries.insert((at, id));
+            }
+            ConnectivityState::Idle | ConnectivityState::Connecting => {}
+        }
+        slot.state = state;
+        Some(state)
+    }
+
+    pub(super) fn next_retry(&self) -> Option<Instant> {
+        self.retries.first().map(|(at, _)| *at)
+    }
+
+    /// Ends the earliest backoff due at `now`: the subchannel goes IDLE.
+    pub(super) fn pop_retry(&mut self, now: Instant) -> Option<SubchannelId> {
+        let &(at, id) = self.retries.first()?;
+        if at > now {
+            return None;
+        }
+        self.retries.pop_first();
+        let slot = &mut self.slots[id.index()];
+        slot.retry_at = None;
+        slot.state = ConnectivityState::Idle;
+        Some(id)
+    }
+
+    pub(super) fn in_flight(&self, id: SubchannelId) -> u32 {
+        self.slots.get(id.index()).map_or(0, |s| s.in_flight)
+    }
+
+    pub(super) fn call_started(&mut self, id: SubchannelId) {
+        if let Some(slot) = self.slot_mut(id) {
+            slot.in_flight += 1;
+        }
+    }
+
+    pub(super) fn call_finished(&mut self, id: SubchannelId) {
+        if let Some(slot) = self.slot_mut(id) {
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+        }
+    }
+
+    #[cfg(test)]
+    #[allow(dead_code)] // TEMP
+    pub(super) fn live_count(&self) -> usize {
+        self.by_address.len()
+    }
+}
