@@ -90,6 +90,27 @@
 //! # }
 //! ```
 //!
+//! **`xds:///` channels for tonic.** [`XdsChannel`] is a channel to an `xds:` target
+//! that tonic's clients take like any other: it follows the target's configuration
+//! through the pool's client for the target, routes each RPC by its path and headers
+//! (A31), applies the route's timeout and retry policy (A44), and load-balances over
+//! the cluster's endpoints with the core's sans-IO balancer (one HTTP/2 connection per
+//! endpoint in use). `XdsChannel::new(target)` uses the process's default pool (the
+//! bootstrap from `GRPC_XDS_BOOTSTRAP`); the builder takes a pool or a client:
+//!
+//! ```no_run
+//! use xds_adapter_tokio::{ClientPool, XdsChannel};
+//! use xds_test_server::echo::{call_echo, echo_request};
+//!
+//! # async fn example(pool: ClientPool) -> Result<(), Box<dyn std::error::Error>> {
+//! let channel = XdsChannel::builder("xds:///echo.example.com").pool(&pool).build()?;
+//! // A generated client takes it as it is: `EchoClient::new(channel.clone())`.
+//! let reply = call_echo(channel.clone(), echo_request("hello")).await?;
+//! println!("answered by {}", reply.backend);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! **Metrics (gRFC A78).** Every client exports the XdsClient metrics
 //! (`grpc.xds_client.connected`, `server_failure`, `resource_updates_valid`,
 //! `resource_updates_invalid` and `resources`, see [`metrics`]) through the

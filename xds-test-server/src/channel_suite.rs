@@ -30,6 +30,7 @@ use crate::suite::within;
 pub const TARGET: &str = "xds:///echo.example.com";
 const LISTENER: &str = "echo.example.com";
 const ROUTES: &str = "echo-routes";
+const SPLIT: [(&str, u32); 2] = [("blue", 80), ("green", 20)];
 
 /// What the scenarios measured, for the report.
 #[derive(Clone, Debug, Default)]
@@ -44,6 +45,8 @@ pub struct ChannelFigures {
     pub retry_attempts: u64,
     /// How long the slow RPC ran before DEADLINE_EXCEEDED.
     pub deadline_after: Duration,
+    /// RPCs in flight across a route change, all of which succeeded.
+    pub in_flight_across_update: u32,
 }
 
 fn scenario_route(scenario: &str, action: route_pb::RouteAction) -> route_pb::Route {
@@ -57,7 +60,7 @@ fn scenario_route(scenario: &str, action: route_pb::RouteAction) -> route_pb::Ro
     )
 }
 
-fn routes() -> Any {
+fn routes(split: &[(&str, u32)]) -> Any {
     let retry = route_pb::RetryPolicy {
         retry_on: "unavailable".into(),
         num_retries: Some(UInt32Value { value: 3 }),
@@ -74,7 +77,7 @@ fn routes() -> Any {
             "slow",
             with_stream_duration(cluster_action("green"), slow, None),
         ),
-        forward(prefix("/"), weighted_action(&[("blue", 80), ("green", 20)])),
+        forward(prefix("/"), weighted_action(split)),
     ];
     rc_any(&route_config_of(
         ROUTES,
@@ -116,7 +119,7 @@ impl Mesh {
         let port = |i: usize| u32::from(backends[i].port());
         let server = LoopbackServer::start();
         server.set_resources(type_url::LISTENER, "1", vec![listener(LISTENER, ROUTES)]);
-        server.set_resources(type_url::ROUTE_CONFIGURATION, "1", vec![routes()]);
+        server.set_resources(type_url::ROUTE_CONFIGURATION, "1", vec![routes(&SPLIT)]);
         let green = any(type_url::CLUSTER, &cluster_msg("green", 1024));
         server.set_resources(type_url::CLUSTER, "1", vec![blue_cluster(), green]);
         server.set_resources(
@@ -171,6 +174,7 @@ pub async fn channel_scenarios<R: Runtime>() -> ChannelFigures {
             retry(&mesh, &channel, &mut figures).await;
             deadline(&rt, &channel, &mut figures).await;
             ejection(&mesh, &channel, &mut figures).await;
+            update_in_flight(&rt, &mesh, &channel, &mut figures).await;
         },
     )
     .await;
@@ -305,4 +309,53 @@ async fn ejection<R: Runtime>(mesh: &Mesh, channel: &XdsChannel<R>, figures: &mu
     assert!(failed > 0, "blue-2 failed some RPCs before it was ejected");
     figures.failed_before_ejection = failed;
     figures.succeeded_after_ejection = streak + 100;
+}
+
+/// RPCs in flight when the routes change finish on what they picked; new RPCs follow
+/// the new routes (`blue` is dropped from them, A31 keeps it until they end).
+async fn update_in_flight<R: Runtime>(
+    rt: &R,
+    mesh: &Mesh,
+    channel: &XdsChannel<R>,
+    figures: &mut ChannelFigures,
+) {
+    const IN_FLIGHT: u32 = 20;
+    let slow = |i| {
+        tonic::Request::new(EchoRequest {
+            message: format!("in flight {i}"),
+            delay_ms: 400,
+        })
+    };
+    let calls = (0..IN_FLIGHT).map(|i| call_echo(channel.clone(), slow(i)));
+    let in_flight = futures::future::join_all(calls);
+    let update = async {
+        rt.sleep(Duration::from_millis(100)).await;
+        mesh.server.set_resources(
+            type_url::ROUTE_CONFIGURATION,
+            "2",
+            vec![routes(&[("green", 1)])],
+        );
+        // New RPCs go to green once the channel has the new routes.
+        let mut green = 0;
+        while green < 20 {
+            let reply = call_echo(channel.clone(), echo_request("after the update")).await;
+            let reply = reply.expect("RPCs continue through the update");
+            green = if reply.backend == "green-1" {
+                green + 1
+            } else {
+                0
+            };
+        }
+    };
+    let (replies, ()) = futures::future::join(in_flight, update).await;
+    let blue = replies
+        .iter()
+        .map(|r| r.as_ref().expect("no in-flight RPC is dropped"))
+        .filter(|r| r.backend.starts_with("blue"))
+        .count();
+    assert!(
+        blue > 0,
+        "some in-flight RPCs were on blue when it left the routes"
+    );
+    figures.in_flight_across_update = IN_FLIGHT;
 }

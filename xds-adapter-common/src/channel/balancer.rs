@@ -81,8 +81,11 @@ pub(crate) enum PickResult {
     Ready(SendRequest<tonic::body::Body>, CallToken),
     /// Pick again once the picker's generation moves past this one.
     Queued(u64),
-    /// The RPC fails with this status.
+    /// The attempt fails with this status (a retry policy may retry it).
     Failed(tonic::Status),
+    /// The control plane's `drop_overloads` dropped the RPC: it fails with this status
+    /// and is not retried.
+    Dropped(tonic::Status),
 }
 
 /// Reports how a call ended (the response body holds one, type-erased, so that it
@@ -271,9 +274,9 @@ impl<R: Runtime> Shared<R> {
                 Pick::Queue => PickResult::Queued(state.picker_generation),
                 Pick::Fail(_) if wait_for_ready => PickResult::Queued(state.picker_generation),
                 Pick::Fail(status) => PickResult::Failed(wire::tonic_status(&status)),
-                Pick::Drop { category } => PickResult::Failed(tonic::Status::unavailable(format!(
-                    "dropped by the control plane: {category}"
-                ))),
+                Pick::Drop { category } => PickResult::Dropped(tonic::Status::unavailable(
+                    format!("dropped by the control plane: {category}"),
+                )),
             }
         })
     }

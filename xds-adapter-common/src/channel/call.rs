@@ -19,7 +19,7 @@ use futures::future::{Either, select};
 use http::header::HeaderValue;
 use http::{HeaderMap, Method, Uri};
 use xds_proto_core::Instant;
-use xds_proto_core::lb::{CallToken, hash_header_value};
+use xds_proto_core::lb::hash_header_value;
 use xds_proto_core::resource::route::HashPolicy;
 use xds_proto_core::selector::Selection;
 
@@ -167,22 +167,10 @@ async fn route<R: Runtime>(
     }
 }
 
-/// A pick for an attempt, waiting while the balancer queues it.
-async fn pick<R: Runtime>(
-    shared: &Arc<Shared<R>>,
-    cluster: &str,
-    hash: Option<u64>,
-) -> Result<
-    (
-        hyper::client::conn::http2::SendRequest<tonic::body::Body>,
-        CallToken,
-    ),
-    tonic::Status,
-> {
+/// A pick for an attempt, waiting while the balancer queues it: never `Queued`.
+async fn pick<R: Runtime>(shared: &Arc<Shared<R>>, cluster: &str, hash: Option<u64>) -> PickResult {
     loop {
         match shared.pick(cluster, hash) {
-            PickResult::Ready(send, call) => return Ok((send, call)),
-            PickResult::Failed(status) => return Err(status),
             PickResult::Queued(generation) => {
                 PickerChanged {
                     shared: &**shared,
@@ -190,6 +178,7 @@ async fn pick<R: Runtime>(
                 }
                 .await;
             }
+            done => return done,
         }
     }
 }
@@ -238,11 +227,13 @@ async fn attempts<R: Runtime>(
         };
         let end = match deadline.run(pick(&shared, &cluster, hash)).await {
             None => return deadline_exceeded(),
-            Some(Err(status)) => AttemptEnd::Failed {
+            Some(PickResult::Dropped(status)) => return wire::trailers_only(status),
+            Some(PickResult::Failed(status)) => AttemptEnd::Failed {
                 status,
                 pushback: None,
             },
-            Some(Ok((mut send, call))) => {
+            Some(PickResult::Queued(_)) => unreachable!("pick() waits out queued picks"),
+            Some(PickResult::Ready(mut send, call)) => {
                 let request = head.attempt(deadline.remaining(&shared.rt), attempt_body);
                 let end = CallEnd::new(reporter.clone(), call, selection.clone());
                 match deadline.run(send.send_request(request)).await {

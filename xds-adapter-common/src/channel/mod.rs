@@ -50,15 +50,14 @@ pub(crate) struct ChannelSettings {
 }
 
 /// A gRPC channel to an `xds:` target, for tonic. Cheap to clone (one reference
-/// count); every clone is the same channel.
+/// count); every clone is the same channel. The adapters name it for their runtime
+/// (`xds_adapter_tokio::XdsChannel`), with an example.
 ///
-/// ```no_run
-/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// # type XdsChannel = xds_adapter_common::XdsChannel<MyRuntime>;
-/// # use xds_adapter_common::Runtime as MyRuntime;
-/// # Ok(())
-/// # }
-/// ```
+/// It is a `tower::Service<http::Request<tonic::body::Body>>` whose responses carry a
+/// [`ResponseBody`]: what tonic's generated clients (`MyClient::new(channel)`) and
+/// its generic `tonic::client::Grpc` take. RPCs the channel ends itself (no route, a
+/// failed pick, the deadline) get a Trailers-Only response with their status, so its
+/// service error never occurs.
 ///
 /// Per RPC it routes by the target's route configuration (A31: path and headers pick
 /// the route and the cluster), applies the route's timeout capped by the
