@@ -10,3 +10,8 @@ async fn xds_channel_splits_ejects_retries_and_times_out() {
     let figures = channel_suite::channel_scenarios::<AsyncStdRuntime>().await;
     println!("{figures:?}");
 }
+
+#[async_std::test]
+async fn xds_channel_fails_unreachable_endpoints_and_unknown_authorities() {
+    channel_suite::channel_failures::<AsyncStdRuntime>().await;
+}

@@ -9,3 +9,8 @@ async fn xds_channel_splits_ejects_retries_and_times_out() {
     let figures = channel_suite::channel_scenarios::<TokioRuntime>().await;
     println!("{figures:?}");
 }
+
+#[tokio::test]
+async fn xds_channel_fails_unreachable_endpoints_and_unknown_authorities() {
+    channel_suite::channel_failures::<TokioRuntime>().await;
+}

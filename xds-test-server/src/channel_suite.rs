@@ -20,11 +20,11 @@ use xds_proto_core::resource::type_url;
 use crate::LoopbackServer;
 use crate::echo::{EchoBackend, EchoRequest, call_echo, echo_request};
 use crate::resources::{
-    any, cluster_action, cluster_msg, endpoints, forward, header, listener, pb_duration, prefix,
-    rc_any, route_config_of, string_match, vhost, weighted_action, with_header, with_retry,
-    with_stream_duration,
+    any, cluster, cluster_action, cluster_msg, endpoints, forward, header, listener, pb_duration,
+    prefix, rc_any, route_config, route_config_of, string_match, vhost, weighted_action,
+    with_header, with_retry, with_stream_duration,
 };
-use crate::suite::within;
+use crate::suite::{PROMPT, within};
 
 /// The channel's target.
 pub const TARGET: &str = "xds:///echo.example.com";
@@ -358,4 +358,68 @@ async fn update_in_flight<R: Runtime>(
         "some in-flight RPCs were on blue when it left the routes"
     );
     figures.in_flight_across_update = IN_FLIGHT;
+}
+
+/// A cluster whose only endpoint refuses connections: RPCs fail with UNAVAILABLE, or
+/// on a wait-for-ready channel wait until their deadline. A target naming an
+/// authority the bootstrap does not know is refused when the channel is built.
+pub async fn channel_failures<R: Runtime>() {
+    let closed_port = {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free port");
+        listener.local_addr().expect("its address").port()
+    };
+    let server = LoopbackServer::start();
+    server.set_resources(type_url::LISTENER, "1", vec![listener(LISTENER, ROUTES)]);
+    server.set_resources(
+        type_url::ROUTE_CONFIGURATION,
+        "1",
+        vec![route_config(ROUTES, "dead")],
+    );
+    server.set_resources(type_url::CLUSTER, "1", vec![cluster("dead")]);
+    server.set_resources(
+        type_url::CLUSTER_LOAD_ASSIGNMENT,
+        "1",
+        vec![endpoints("dead", &[u32::from(closed_port)])],
+    );
+    let bootstrap = Bootstrap::from_json_str(&server.bootstrap_json("failures", None))
+        .expect("the loopback bootstrap");
+    let pool = ClientPool::<R>::builder(bootstrap)
+        .build_pool()
+        .expect("a pool");
+    let rt = R::current().expect("a runtime");
+
+    let channel = XdsChannel::builder(TARGET)
+        .pool(&pool)
+        .build()
+        .expect("a channel");
+    let status = within(
+        &rt,
+        PROMPT,
+        "a failed pick",
+        call_echo(channel, echo_request("x")),
+    )
+    .await
+    .expect_err("no endpoint is reachable");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+
+    let waiting = (XdsChannel::builder(TARGET).pool(&pool))
+        .wait_for_ready(true)
+        .build()
+        .expect("a channel");
+    let mut request = echo_request("wait");
+    request.set_timeout(Duration::from_millis(300));
+    let start = rt.now();
+    let status = within(&rt, PROMPT, "a deadline", call_echo(waiting, request))
+        .await
+        .expect_err("nothing becomes ready");
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(rt.now() - start >= Duration::from_millis(290));
+
+    let refused = XdsChannel::builder("xds://nowhere.example/svc")
+        .pool(&pool)
+        .build();
+    assert!(
+        matches!(refused, Err(xds_adapter_common::Error::Target { .. })),
+        "{refused:?}"
+    );
 }
