@@ -375,25 +375,21 @@ impl LeafCluster {
     }
 
     #[cfg(test)]
-    #[allow(dead_code)] // TEMP
     pub(super) fn in_flight(&self) -> u32 {
         self.in_flight
     }
 
     #[cfg(test)]
-    #[allow(dead_code)] // TEMP
     pub(super) fn outlier(&self) -> Option<&OutlierDetector> {
         self.outlier.as_ref()
     }
 
     #[cfg(test)]
-    #[allow(dead_code)] // TEMP
     pub(super) fn current_priority(&self) -> Option<usize> {
         self.failover.current()
     }
 
     #[cfg(test)]
-    #[allow(dead_code)] // TEMP
     pub(super) fn child(&self, priority: usize) -> Option<&PriorityChild> {
         self.children.get(priority).and_then(Option::as_ref)
     }

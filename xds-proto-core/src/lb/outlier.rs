@@ -229,7 +229,6 @@ impl OutlierDetector {
     }
 
     #[cfg(test)]
-    #[allow(dead_code)] // TEMP
     pub(super) fn ejected_count(&self) -> usize {
         self.addresses
             .values()

@@ -16,9 +16,8 @@ use crate::time::Instant;
 struct ChildStatus {
     started: bool,
     state: ConnectivityState,
+    /// While the child may keep connecting before the next priority is tried.
     failover_at: Option<Instant>,
-    /// The timeout fired while the child was still CONNECTING.
-    timed_out: bool,
     seen_ready_or_idle: bool,
 }
 
@@ -38,7 +37,6 @@ impl Failover {
                     started: false,
                     state: ConnectivityState::Idle,
                     failover_at: None,
-                    timed_out: false,
                     seen_ready_or_idle: false,
                 };
                 count
@@ -63,7 +61,6 @@ impl Failover {
         c.started = true;
         c.state = ConnectivityState::Connecting;
         c.failover_at = Some(now + self.timeout);
-        c.timed_out = false;
         c.seen_ready_or_idle = false;
         self.child_state(now, child, state);
     }
@@ -73,26 +70,27 @@ impl Failover {
         let c = &mut self.children[child];
         c.started = false;
         c.failover_at = None;
-        c.timed_out = false;
     }
 
-    /// A started child reports its state.
+    /// A started child reports its state. A child in TRANSIENT_FAILURE stays there
+    /// while it reconnects (CONNECTING), as in gRPC: only READY or IDLE bring it back.
     pub(super) fn child_state(&mut self, now: Instant, child: usize, state: ConnectivityState) {
         let c = &mut self.children[child];
         match state {
             ConnectivityState::Ready | ConnectivityState::Idle => {
                 c.seen_ready_or_idle = true;
                 c.failover_at = None;
-                c.timed_out = false;
             }
             ConnectivityState::TransientFailure => {
                 c.seen_ready_or_idle = false;
                 c.failover_at = None;
             }
             ConnectivityState::Connecting => {
+                if c.state == ConnectivityState::TransientFailure {
+                    return;
+                }
                 if c.seen_ready_or_idle && c.state != ConnectivityState::Connecting {
                     c.failover_at = Some(now + self.timeout);
-                    c.timed_out = false;
                     c.seen_ready_or_idle = false;
                 }
             }
@@ -110,7 +108,6 @@ impl Failover {
         for c in &mut self.children {
             if c.failover_at.is_some_and(|at| at <= now) {
                 c.failover_at = None;
-                c.timed_out = true;
                 fired = true;
             }
         }
@@ -125,11 +122,9 @@ impl Failover {
             if !c.started {
                 return Choice::Start(i);
             }
-            let usable = match c.state {
-                ConnectivityState::Ready | ConnectivityState::Idle => true,
-                ConnectivityState::Connecting => !c.timed_out,
-                ConnectivityState::TransientFailure => false,
-            };
+            // READY or IDLE, or still within its failover timeout.
+            let usable = matches!(c.state, ConnectivityState::Ready | ConnectivityState::Idle)
+                || c.failover_at.is_some();
             if usable {
                 self.current = Some(i);
                 return Choice::Use(i);

@@ -77,12 +77,6 @@ impl RingHash {
         self.state
     }
 
-    #[cfg(test)]
-    #[allow(dead_code)] // TEMP
-    pub(super) fn ring(&self) -> &[RingEntry] {
-        &self.ring
-    }
-
     pub(super) fn on_state(&mut self, ctx: &mut Ctx, id: SubchannelId) {
         let mut touched = false;
         for endpoint in &mut self.endpoints {

@@ -219,7 +219,6 @@ impl SubchannelPool {
     }
 
     #[cfg(test)]
-    #[allow(dead_code)] // TEMP
     pub(super) fn live_count(&self) -> usize {
         self.by_address.len()
     }
