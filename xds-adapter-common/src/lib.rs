@@ -24,6 +24,11 @@
 //!   that encodes the core's `AdsRequest` (names shared, not copied) and hands
 //!   responses over as raw bytes, so nothing is decoded twice.
 //!
+//! - the **`xds:///` channel** ([`XdsChannel`]): a tower service tonic's clients take
+//!   as a channel; per RPC it routes with the config stream's selector (A31), applies
+//!   the route's timeout and retry policy (A44), and picks an endpoint with the core's
+//!   sans-IO load balancer (`xds_proto_core::lb`), over one HTTP/2 connection per
+//!   endpoint in use;
 //! - **metrics** ([`metrics`]): the core's gRFC A78 XdsClient metrics, exported
 //!   through the `metrics` facade on an interval, on demand and when a client stops.
 //!

@@ -79,8 +79,6 @@ pub(crate) struct State {
 pub(crate) enum PickResult {
     /// Send the attempt on this connection; report its end through the token.
     Ready(SendRequest<tonic::body::Body>, CallToken),
-    /// Pick again once the picker's generation moves past this one.
-    Queued(u64),
     /// The attempt fails with this status (a retry policy may retry it).
     Failed(tonic::Status),
     /// The control plane's `drop_overloads` dropped the RPC: it fails with this status
@@ -247,15 +245,20 @@ impl<R: Runtime> Shared<R> {
         }
     }
 
-    /// Picks a connection for an attempt of an RPC routed to `cluster`.
-    pub(crate) fn pick(self: &Arc<Self>, cluster: &str, hash: Option<u64>) -> PickResult {
+    /// Picks a connection for an attempt of an RPC routed to `cluster`, or queues it:
+    /// `Err(generation)` means pick again once the picker's generation moves past it.
+    pub(crate) fn pick(
+        self: &Arc<Self>,
+        cluster: &str,
+        hash: Option<u64>,
+    ) -> Result<PickResult, u64> {
         let wait_for_ready = self.settings.wait_for_ready;
         self.mutate(|state, now| {
             let args = PickArgs {
                 hash,
                 random: state.rng.next_u64(),
             };
-            match state.lb.pick(now, cluster, &args) {
+            Ok(match state.lb.pick(now, cluster, &args) {
                 Pick::Complete {
                     subchannel, call, ..
                 } => match state.connections.get(&subchannel) {
@@ -271,13 +274,13 @@ impl<R: Runtime> Shared<R> {
                         ))
                     }
                 },
-                Pick::Queue => PickResult::Queued(state.picker_generation),
-                Pick::Fail(_) if wait_for_ready => PickResult::Queued(state.picker_generation),
+                Pick::Queue => return Err(state.picker_generation),
+                Pick::Fail(_) if wait_for_ready => return Err(state.picker_generation),
                 Pick::Fail(status) => PickResult::Failed(wire::tonic_status(&status)),
                 Pick::Drop { category } => PickResult::Dropped(tonic::Status::unavailable(
                     format!("dropped by the control plane: {category}"),
                 )),
-            }
+            })
         })
     }
 

@@ -167,18 +167,18 @@ async fn route<R: Runtime>(
     }
 }
 
-/// A pick for an attempt, waiting while the balancer queues it: never `Queued`.
+/// A pick for an attempt, waiting while the balancer queues it.
 async fn pick<R: Runtime>(shared: &Arc<Shared<R>>, cluster: &str, hash: Option<u64>) -> PickResult {
     loop {
         match shared.pick(cluster, hash) {
-            PickResult::Queued(generation) => {
+            Ok(done) => return done,
+            Err(generation) => {
                 PickerChanged {
                     shared: &**shared,
                     generation,
                 }
                 .await;
             }
-            done => return done,
         }
     }
 }
@@ -232,7 +232,6 @@ async fn attempts<R: Runtime>(
                 status,
                 pushback: None,
             },
-            Some(PickResult::Queued(_)) => unreachable!("pick() waits out queued picks"),
             Some(PickResult::Ready(mut send, call)) => {
                 let request = head.attempt(deadline.remaining(&shared.rt), attempt_body);
                 let end = CallEnd::new(reporter.clone(), call, selection.clone());
