@@ -13,6 +13,12 @@
 // With -invalid-cluster i, cluster i takes its endpoints from a file path
 // config source, which gRPC clients reject: a way to provoke a NACK.
 //
+// With -split "W0:P0,W1:P1,...", the snapshot also serves a data-plane target:
+// listener split.example.com -> route configuration split-route, whose one route
+// ("/", any domain) splits over clusters split-0, split-1, ... by weights W0, W1,
+// ...; cluster split-k is EDS, round robin, with one endpoint 127.0.0.1:Pk. The
+// channel interop test sends RPCs through it to echo backends on those ports.
+//
 // Snapshot version v (starting at 1) gives cluster i (0-based) the endpoint
 // 127.0.0.1:EndpointPort(v, i) = 20000 + ((v-1) mod 20)*2000 + i
 // (N may be at most 2000), plus, with -endpoints K > 1, the same port on
@@ -101,6 +107,7 @@ type config struct {
 	invalid      int
 	exitOnEOF    bool
 	verbose      bool
+	split        []splitTarget
 }
 
 // EndpointPort is the port of cluster i's endpoints at snapshot version v.
@@ -221,11 +228,90 @@ func makeSnapshot(cfg *config, version int) (*cachev3.Snapshot, error) {
 		clusters = append(clusters, makeCluster(cfg, i))
 		endpoints = append(endpoints, makeEndpoints(cfg, version, i))
 	}
-	return cachev3.NewSnapshot(strconv.Itoa(version), map[resourcev3.Type][]types.Resource{
+	resources := map[resourcev3.Type][]types.Resource{
 		resourcev3.ListenerType: {makeListener(cfg)},
 		resourcev3.RouteType:    {makeRoute(cfg)},
 		resourcev3.ClusterType:  clusters,
 		resourcev3.EndpointType: endpoints,
+	}
+	addSplit(cfg, resources)
+	return cachev3.NewSnapshot(strconv.Itoa(version), resources)
+}
+
+// ---- the data-plane split (-split) ----
+
+// splitTarget is one weighted cluster of the split target: its route weight and
+// the port of its one endpoint on 127.0.0.1.
+type splitTarget struct{ weight, port uint32 }
+
+// parseSplit reads -split's "W0:P0,W1:P1,...".
+func parseSplit(s string) ([]splitTarget, error) {
+	var targets []splitTarget
+	for _, part := range strings.Split(s, ",") {
+		w, p, ok := strings.Cut(part, ":")
+		weight, errW := strconv.ParseUint(w, 10, 32)
+		port, errP := strconv.ParseUint(p, 10, 16)
+		if !ok || errW != nil || errP != nil || weight == 0 || port == 0 {
+			return nil, fmt.Errorf("-split wants WEIGHT:PORT,...; got %q", part)
+		}
+		targets = append(targets, splitTarget{uint32(weight), uint32(port)})
+	}
+	return targets, nil
+}
+
+// addSplit adds the split target's listener, route configuration, clusters and
+// endpoints to a snapshot's resources (nothing without -split).
+func addSplit(cfg *config, resources map[resourcev3.Type][]types.Resource) {
+	if len(cfg.split) == 0 {
+		return
+	}
+	listenerCfg := *cfg
+	listenerCfg.listenerName, listenerCfg.routeName = "split.example.com", "split-route"
+	weighted := &routev3.WeightedCluster{}
+	for k, t := range cfg.split {
+		name := fmt.Sprintf("split-%d", k)
+		weighted.Clusters = append(weighted.Clusters, &routev3.WeightedCluster_ClusterWeight{
+			Name: name, Weight: wrapperspb.UInt32(t.weight),
+		})
+		resources[resourcev3.ClusterType] = append(resources[resourcev3.ClusterType], &clusterv3.Cluster{
+			Name:                 name,
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+			LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+			ConnectTimeout:       durationpb.New(time.Second),
+		})
+		resources[resourcev3.EndpointType] = append(resources[resourcev3.EndpointType], &endpointv3.ClusterLoadAssignment{
+			ClusterName: name,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{
+				Locality: &corev3.Locality{Region: "interop-region", Zone: "interop-zone"},
+				LbEndpoints: []*endpointv3.LbEndpoint{{
+					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+						Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+							Protocol:      corev3.SocketAddress_TCP,
+							Address:       "127.0.0.1",
+							PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: t.port},
+						}}},
+					}},
+					HealthStatus: corev3.HealthStatus_HEALTHY,
+				}},
+				LoadBalancingWeight: wrapperspb.UInt32(1),
+			}},
+		})
+	}
+	resources[resourcev3.ListenerType] = append(resources[resourcev3.ListenerType], makeListener(&listenerCfg))
+	resources[resourcev3.RouteType] = append(resources[resourcev3.RouteType], &routev3.RouteConfiguration{
+		Name: "split-route",
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    "split-vhost",
+			Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Name:  "split",
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+					ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: weighted},
+				}},
+			}},
+		}},
 	})
 }
 
@@ -395,6 +481,11 @@ func main() {
 	flag.IntVar(&cfg.invalid, "invalid-cluster", -1, "index of a cluster made invalid for gRPC clients (EDS from a file path config source), to provoke a NACK; -1: none")
 	flag.BoolVar(&cfg.exitOnEOF, "exit-on-eof", true, "exit when stdin closes")
 	flag.BoolVar(&cfg.verbose, "v", false, "log go-control-plane debug messages on stderr")
+	flag.Func("split", "also serve listener split.example.com split over clusters split-0, split-1, ... by weight, one endpoint each: WEIGHT:PORT,...", func(s string) error {
+		targets, err := parseSplit(s)
+		cfg.split = targets
+		return err
+	})
 	flag.Parse()
 	if cfg.clusters < 0 || cfg.clusters > 2000 || cfg.endpoints < 1 || cfg.endpoints > 250 {
 		fmt.Fprintln(os.Stderr, "go-xds-server: -clusters must be in 0..2000 and -endpoints in 1..250")

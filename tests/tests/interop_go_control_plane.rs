@@ -25,6 +25,12 @@
 //!    1,000 new endpoint sets arrive, and CSDS shows all 2,002 resources ACKED at
 //!    version 2;
 //! 4. no watch ever sees an error.
+//!
+//! `channel` sends RPCs through an `xds:///` channel whose configuration the go server
+//! serves (an 80/20 split over two clusters of echo backends).
+
+#[path = "interop_go_control_plane/channel.rs"]
+mod channel;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
