@@ -167,7 +167,7 @@ pub async fn channel_scenarios<R: Runtime>() -> ChannelFigures {
     let mut figures = ChannelFigures::default();
     within(
         &rt,
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         "the channel scenarios",
         async {
             split(&mesh, &channel, &mut figures).await;
