@@ -209,9 +209,16 @@ impl LeafCluster {
     pub(super) fn state(&self) -> ConnectivityState {
         if !self.started {
             ConnectivityState::Idle
+        } else if self.awaits_resolution() {
+            ConnectivityState::Connecting
         } else {
             self.failover.state()
         }
+    }
+
+    /// A LOGICAL_DNS cluster before its first resolution: picks wait, as in gRPC.
+    fn awaits_resolution(&self) -> bool {
+        matches!(&self.source, Source::Dns(Ok(addresses)) if addresses.is_empty())
     }
 
     fn ctx<'a>(pool: &'a mut SubchannelPool, outlier: &'a Option<OutlierDetector>) -> Ctx<'a> {
@@ -338,6 +345,9 @@ impl LeafCluster {
         }
         let current = self.failover.current();
         let Some(child) = current.and_then(|i| self.children[i].as_mut()) else {
+            if self.awaits_resolution() {
+                return Pick::Queue;
+            }
             return Pick::Fail(self.failure_status.clone());
         };
         let mut ctx = Ctx {

@@ -16,10 +16,16 @@ pub(super) struct RingEntry {
     pub(super) endpoint: u32,
 }
 
+/// The ring is kept as two parallel arrays, hashes apart, so that the binary search
+/// touches half the memory; the READY endpoints' subchannels are kept apart too, so
+/// that a pick landing on a READY endpoint reads one word.
 #[derive(Debug)]
 pub(super) struct RingHash {
     endpoints: Vec<PickFirst>,
-    ring: Vec<RingEntry>,
+    hashes: Vec<u64>,
+    owners: Vec<u32>,
+    /// Per endpoint, its subchannel while READY.
+    ready: Vec<Option<SubchannelId>>,
     state: ConnectivityState,
 }
 
@@ -61,12 +67,15 @@ impl RingHash {
         min_ring_size: u64,
         max_ring_size: u64,
     ) -> RingHash {
+        let ring = build_ring(specs, min_ring_size, max_ring_size);
         let mut policy = RingHash {
             endpoints: specs
                 .iter()
                 .map(|e| PickFirst::new(ctx, e.subchannels.clone()))
                 .collect(),
-            ring: build_ring(specs, min_ring_size, max_ring_size),
+            hashes: ring.iter().map(|e| e.hash).collect(),
+            owners: ring.iter().map(|e| e.endpoint).collect(),
+            ready: vec![None; specs.len()],
             state: ConnectivityState::Idle,
         };
         policy.refresh(ctx);
@@ -95,6 +104,9 @@ impl RingHash {
     /// idle; else TRANSIENT_FAILURE. In TRANSIENT_FAILURE no pick triggers connections,
     /// so the policy keeps one endpoint connecting itself.
     fn refresh(&mut self, ctx: &mut Ctx) {
+        for (ready, endpoint) in self.ready.iter_mut().zip(&self.endpoints) {
+            *ready = endpoint.selected();
+        }
         let count = |s| self.endpoints.iter().filter(|e| e.state() == s).count();
         let failed = count(ConnectivityState::TransientFailure);
         self.state = if count(ConnectivityState::Ready) > 0 {
@@ -126,15 +138,18 @@ impl RingHash {
     /// endpoint decides the same way, and past that the first READY endpoint on the
     /// ring is taken.
     pub(super) fn pick(&mut self, ctx: &mut Ctx, hash: u64) -> Picked {
-        if self.ring.is_empty() || self.state == ConnectivityState::TransientFailure {
+        if self.hashes.is_empty() || self.state == ConnectivityState::TransientFailure {
             return Picked::Fail;
         }
-        let len = self.ring.len();
-        let start = self.ring.partition_point(|e| e.hash < hash) % len;
+        let len = self.hashes.len();
+        let start = self.hashes.partition_point(|h| *h < hash) % len;
+        if let Some(id) = self.ready[self.owners[start] as usize] {
+            return Picked::Subchannel(id);
+        }
         let mut previous = u32::MAX;
         let mut distinct = 0;
         for step in 0..len {
-            let index = self.ring[(start + step) % len].endpoint;
+            let index = self.owners[(start + step) % len];
             if index == previous {
                 continue;
             }

@@ -750,7 +750,15 @@ fn a_logical_dns_cluster_asks_for_resolution_and_uses_the_addresses() {
     };
     net.update(vec![config.clone()]);
     assert_eq!(net.resolves, vec!["dns".to_owned()]);
-    assert!(matches!(net.pick("dns", 0), Pick::Fail(_)));
+    assert_eq!(
+        net.pick("dns", 0),
+        Pick::Queue,
+        "picks wait for the resolution"
+    );
+    assert_eq!(
+        net.lb.cluster_state("dns"),
+        Some(ConnectivityState::Connecting)
+    );
     net.lb
         .dns_resolved(net.now, "dns", Ok(vec![addr(1), addr(2)]));
     net.settle();

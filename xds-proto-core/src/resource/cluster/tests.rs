@@ -956,3 +956,150 @@ fn transport_socket_type_urls() {
         )
     );
 }
+
+fn with_outlier_detection(od: cluster_pb::OutlierDetection) -> cluster_pb::Cluster {
+    cluster_pb::Cluster {
+        outlier_detection: Some(od),
+        ..eds_cluster("c")
+    }
+}
+
+fn u32v(value: u32) -> Option<pbuf::UInt32Value> {
+    Some(pbuf::UInt32Value { value })
+}
+
+#[test]
+fn outlier_detection_defaults_are_grpcs() {
+    let c = with_outlier_detection(cluster_pb::OutlierDetection::default());
+    let od = decode_cluster(&c)
+        .unwrap()
+        .outlier_detection
+        .expect("present");
+    assert_eq!(
+        od,
+        OutlierDetection {
+            interval: Duration::from_secs(10),
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 10,
+            success_rate_ejection: Some(SuccessRateEjection {
+                stdev_factor: 1900,
+                enforcement_percentage: 100,
+                minimum_hosts: 5,
+                request_volume: 100,
+            }),
+            // enforcing_failure_percentage defaults to 0: the algorithm is off.
+            failure_percentage_ejection: None,
+        }
+    );
+    assert_eq!(
+        decode_cluster(&eds_cluster("c")).unwrap().outlier_detection,
+        None
+    );
+}
+
+#[test]
+fn outlier_detection_fields_map_as_in_grpc() {
+    let c = with_outlier_detection(cluster_pb::OutlierDetection {
+        interval: Some(pbuf::Duration {
+            seconds: 1,
+            nanos: 500_000_000,
+        }),
+        base_ejection_time: Some(pbuf::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        max_ejection_time: Some(pbuf::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        max_ejection_percent: u32v(40),
+        enforcing_success_rate: u32v(0),
+        enforcing_failure_percentage: u32v(70),
+        failure_percentage_threshold: u32v(90),
+        failure_percentage_minimum_hosts: u32v(3),
+        failure_percentage_request_volume: u32v(20),
+        // gRPC ignores the consecutive-error algorithms.
+        consecutive_5xx: u32v(7),
+        ..Default::default()
+    });
+    let od = decode_cluster(&c).unwrap().outlier_detection.unwrap();
+    assert_eq!(od.interval, Duration::from_millis(1500));
+    assert_eq!(od.base_ejection_time, Duration::from_secs(5));
+    assert_eq!(od.max_ejection_time, Duration::from_secs(60));
+    assert_eq!(od.max_ejection_percent, 40);
+    assert_eq!(
+        od.success_rate_ejection, None,
+        "enforcing_success_rate 0 turns it off"
+    );
+    assert_eq!(
+        od.failure_percentage_ejection,
+        Some(FailurePercentageEjection {
+            threshold: 90,
+            enforcement_percentage: 70,
+            minimum_hosts: 3,
+            request_volume: 20,
+        })
+    );
+}
+
+#[test]
+fn outlier_detection_rejects_percentages_over_100_and_bad_durations() {
+    let percent = |field: &str, od: cluster_pb::OutlierDetection| {
+        assert_eq!(
+            err(&with_outlier_detection(od)),
+            format!("outlier_detection.{field}: value 101 must be in the range [0, 100]")
+        );
+    };
+    percent(
+        "max_ejection_percent",
+        cluster_pb::OutlierDetection {
+            max_ejection_percent: u32v(101),
+            ..Default::default()
+        },
+    );
+    percent(
+        "enforcing_success_rate",
+        cluster_pb::OutlierDetection {
+            enforcing_success_rate: u32v(101),
+            ..Default::default()
+        },
+    );
+    percent(
+        "failure_percentage_threshold",
+        cluster_pb::OutlierDetection {
+            failure_percentage_threshold: u32v(101),
+            ..Default::default()
+        },
+    );
+    percent(
+        "enforcing_failure_percentage",
+        cluster_pb::OutlierDetection {
+            enforcing_failure_percentage: u32v(101),
+            ..Default::default()
+        },
+    );
+    let c = with_outlier_detection(cluster_pb::OutlierDetection {
+        base_ejection_time: Some(pbuf::Duration {
+            seconds: -1,
+            nanos: 0,
+        }),
+        ..Default::default()
+    });
+    assert_eq!(
+        err(&c),
+        "outlier_detection.base_ejection_time.seconds: value -1 must be in the range \
+         [0, 315576000000]"
+    );
+    let c = with_outlier_detection(cluster_pb::OutlierDetection {
+        interval: Some(pbuf::Duration {
+            seconds: 0,
+            nanos: 1_000_000_000,
+        }),
+        ..Default::default()
+    });
+    assert_eq!(
+        err(&c),
+        "outlier_detection.interval.nanos: value 1000000000 must be in the range [0, 999999999]"
+    );
+}
