@@ -38,17 +38,23 @@ struct RequestHead {
 }
 
 impl RequestHead {
-    /// An attempt's request: the head, the remaining timeout and the body.
+    /// An attempt's request: the head, the remaining timeout and the body. The last
+    /// possible attempt (`last`) takes the headers instead of copying them.
     fn attempt(
-        &self,
+        &mut self,
         remaining: Option<Duration>,
         body: tonic::body::Body,
+        last: bool,
     ) -> http::Request<tonic::body::Body> {
         let mut request = http::Request::new(body);
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.uri.clone();
         *request.version_mut() = http::Version::HTTP_2;
-        *request.headers_mut() = self.headers.clone();
+        *request.headers_mut() = if last {
+            std::mem::take(&mut self.headers)
+        } else {
+            self.headers.clone()
+        };
         if let Some(remaining) = remaining {
             request
                 .headers_mut()
@@ -196,7 +202,7 @@ enum AttemptEnd {
 
 async fn attempts<R: Runtime>(
     shared: Arc<Shared<R>>,
-    head: RequestHead,
+    mut head: RequestHead,
     body: tonic::body::Body,
     selection: Selection,
     mut deadline: Deadline,
@@ -233,7 +239,10 @@ async fn attempts<R: Runtime>(
                 pushback: None,
             },
             Some(PickResult::Ready(mut send, call)) => {
-                let request = head.attempt(deadline.remaining(&shared.rt), attempt_body);
+                // Without a retry policy this is the only attempt.
+                let last = replay.is_none();
+                let remaining = deadline.remaining(&shared.rt);
+                let request = head.attempt(remaining, attempt_body, last);
                 let end = CallEnd::new(reporter.clone(), call, selection.clone());
                 match deadline.run(send.send_request(request)).await {
                     None => {
