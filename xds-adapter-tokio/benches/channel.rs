@@ -11,7 +11,7 @@
 //! - **throughput**: 32 concurrent callers for 1 s per round, 10 rounds per channel,
 //!   alternating the same way; the median round.
 //!
-//! Run: `cargo bench -p xds-adapter-tokio --bench channel` (about 30 s).
+//! Run: `cargo bench -p xds-adapter-tokio --bench channel` (about a minute).
 
 use std::time::{Duration, Instant};
 
