@@ -173,6 +173,15 @@ impl<R: Runtime> ClientBuilder<R> {
         self
     }
 
+    /// HTTP/2 keepalive on the ADS connections; `None` turns it off (default: on, a
+    /// PING after 5 minutes without activity, 20 s for its ACK; see
+    /// [`KeepaliveSettings`](crate::KeepaliveSettings) for when a silent server is
+    /// detected).
+    pub fn keepalive(mut self, keepalive: Option<crate::KeepaliveSettings>) -> Self {
+        self.settings.keepalive = keepalive;
+        self
+    }
+
     /// All transport settings at once.
     pub fn transport_settings(mut self, settings: TransportSettings) -> Self {
         self.settings = settings;

@@ -66,7 +66,8 @@ pub use io::HyperIo;
 pub use pool::{ClientPool, SERVER_TARGET};
 pub use runtime::{BoxFuture, Runtime};
 pub use transport::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Target, TransportSettings,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, KeepaliveSettings, Target, TransportSettings,
 };
 pub use watch::{ChannelEventStream, RawWatchStream, WatchStream, WatchUpdate};
 

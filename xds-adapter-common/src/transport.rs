@@ -22,13 +22,62 @@ pub const DEFAULT_MAX_RECEIVE_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 /// The default bound on one connection attempt (gRPC's minimum connect timeout).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The default time without a frame from the server after which a keepalive PING is
+/// sent: 5 minutes, what gRPC C-core sets on its xDS channel
+/// (`GRPC_ARG_KEEPALIVE_TIME_MS` in `xds_transport_grpc.cc`). Shorter is not safe as a
+/// default: grpc-go and C-core servers allow one PING per 5 minutes by default and
+/// answer more frequent ones with GOAWAY `too_many_pings`.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5 * 60);
+
+/// The default time a keepalive PING may go unanswered before the connection is taken
+/// to be dead: 20 s, gRPC's default `GRPC_ARG_KEEPALIVE_TIMEOUT_MS`.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// HTTP/2 keepalive on the ADS connections: how a server that goes silent mid-stream
+/// is detected.
+///
+/// The rule (hyper's HTTP/2 keepalive, which the adapter configures): while at least
+/// one stream is open on a connection, a PING is sent once `interval` has passed since
+/// the last frame read that counts as activity (response HEADERS, DATA, or the ACK of
+/// a PING; SETTINGS, WINDOW_UPDATE and the server's own PINGs do not count). If its
+/// ACK has not arrived `timeout` after the PING was sent, the connection is closed
+/// ("keep-alive timed out") and every stream on it ends with UNAVAILABLE, which the
+/// core treats as any broken stream (backoff, retry, fallback). A server silent since
+/// its last frame at `t` is therefore detected at `t + interval + timeout` (the timers
+/// run on the adapter's runtime). No PINGs are sent on a connection without streams,
+/// as gRPC clients do not by default (`GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS` 0).
+/// With keepalive off (`TransportSettings::keepalive` `None`) a silent server is never
+/// detected by the client; only the operating system's TCP timeouts end the
+/// connection, if the peer's host is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepaliveSettings {
+    /// Time since the last activity read after which a PING is sent.
+    pub interval: Duration,
+    /// Time a PING may wait for its ACK before the connection is closed.
+    pub timeout: Duration,
+}
+
+impl Default for KeepaliveSettings {
+    fn default() -> KeepaliveSettings {
+        KeepaliveSettings {
+            interval: DEFAULT_KEEPALIVE_INTERVAL,
+            timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+        }
+    }
+}
+
 /// Transport settings of a client, beyond what the bootstrap says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransportSettings {
     /// The largest `DiscoveryResponse` accepted, in bytes.
     pub max_receive_message_size: usize,
-    /// How long one connection attempt (TCP, TLS and HTTP/2 handshakes) may take.
+    /// How long one connection attempt may take: TCP, TLS, and until the server's
+    /// first HTTP/2 frame (its SETTINGS) has been read. A connection counts as
+    /// connected only then; at the deadline the attempt is a connectivity failure.
     pub connect_timeout: Duration,
+    /// HTTP/2 keepalive; `None` turns it off. On by default
+    /// ([`DEFAULT_KEEPALIVE_INTERVAL`], [`DEFAULT_KEEPALIVE_TIMEOUT`]).
+    pub keepalive: Option<KeepaliveSettings>,
     /// The HTTP/2 stream flow-control window, in bytes.
     pub initial_stream_window_size: u32,
     /// The HTTP/2 connection flow-control window, in bytes.
@@ -40,6 +89,7 @@ impl Default for TransportSettings {
         TransportSettings {
             max_receive_message_size: DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            keepalive: Some(KeepaliveSettings::default()),
             initial_stream_window_size: 4 * 1024 * 1024,
             initial_connection_window_size: 8 * 1024 * 1024,
         }
