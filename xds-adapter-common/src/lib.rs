@@ -50,6 +50,7 @@ mod client;
 mod config;
 pub mod csds;
 mod driver;
+mod frames;
 mod io;
 pub mod metrics;
 mod pool;

@@ -53,6 +53,40 @@ impl<R: Runtime, F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F>
     }
 }
 
+/// Lets hyper's HTTP/2 keepalive sleep on a [`Runtime`]'s timer.
+#[derive(Clone, Debug)]
+pub(crate) struct HyperTimer<R>(pub(crate) R);
+
+impl<R: Runtime> hyper::rt::Timer for HyperTimer<R> {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep(std::sync::Mutex::new(self.0.sleep(duration))))
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        // hyper reads its deadlines from the system's monotonic clock.
+        self.sleep(deadline.saturating_duration_since(std::time::Instant::now()))
+    }
+}
+
+/// A runtime sleep as hyper wants it: `Sync` too (the mutex is never locked: polling
+/// takes it by `&mut`).
+struct HyperSleep(std::sync::Mutex<BoxFuture<()>>);
+
+impl Future for HyperSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let sleep = self
+            .get_mut()
+            .0
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner());
+        sleep.as_mut().poll(cx)
+    }
+}
+
+impl hyper::rt::Sleep for HyperSleep {}
+
 /// Which wall-clock time a runtime [`Instant`] is: the runtime's instant and the system
 /// time read together when a client starts, so that an instant maps to the system time
 /// at the start plus the runtime time elapsed since (virtual time, under a paused
