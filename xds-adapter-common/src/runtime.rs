@@ -53,18 +53,38 @@ impl<R: Runtime, F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F>
     }
 }
 
-/// Lets hyper's HTTP/2 keepalive sleep on a [`Runtime`]'s timer.
+/// Lets hyper's HTTP/2 keepalive read the time and sleep on a [`Runtime`]'s clock (so
+/// that it runs in virtual time under a paused clock, as the core's timers do). hyper
+/// counts in `std::time::Instant`s: the runtime's time since the timer was made is
+/// added to the system instant read then.
 #[derive(Clone, Debug)]
-pub(crate) struct HyperTimer<R>(pub(crate) R);
+pub(crate) struct HyperTimer<R> {
+    rt: R,
+    origin: Instant,
+    origin_std: std::time::Instant,
+}
+
+impl<R: Runtime> HyperTimer<R> {
+    pub(crate) fn new(rt: R) -> HyperTimer<R> {
+        HyperTimer {
+            origin: rt.now(),
+            origin_std: std::time::Instant::now(),
+            rt,
+        }
+    }
+}
 
 impl<R: Runtime> hyper::rt::Timer for HyperTimer<R> {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        Box::pin(HyperSleep(std::sync::Mutex::new(self.0.sleep(duration))))
+        Box::pin(HyperSleep(std::sync::Mutex::new(self.rt.sleep(duration))))
     }
 
     fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        // hyper reads its deadlines from the system's monotonic clock.
-        self.sleep(deadline.saturating_duration_since(std::time::Instant::now()))
+        self.sleep(deadline.saturating_duration_since(self.now()))
+    }
+
+    fn now(&self) -> std::time::Instant {
+        self.origin_std + self.rt.now().saturating_duration_since(self.origin)
     }
 }
 

@@ -289,7 +289,7 @@ fn http2_builder<R: Runtime>(
 ) -> hyper::client::conn::http2::Builder<HyperExecutor<R>> {
     let mut builder = hyper::client::conn::http2::Builder::new(HyperExecutor(rt.clone()));
     builder
-        .timer(HyperTimer(rt.clone()))
+        .timer(HyperTimer::new(rt.clone()))
         .initial_stream_window_size(settings.initial_stream_window_size)
         .initial_connection_window_size(settings.initial_connection_window_size);
     if let Some(keepalive) = settings.keepalive {

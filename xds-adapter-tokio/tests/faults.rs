@@ -24,3 +24,17 @@ async fn without_keepalive_a_server_gone_silent_goes_unnoticed() {
 async fn goaway_rotations_use_fresh_connections_and_fail_nothing() {
     suite::goaway_rotations_use_fresh_connections::<TokioRuntime>().await;
 }
+
+/// The default keepalive (a PING after 5 min, 20 s for its ACK) on tokio's paused
+/// clock: proxy, server and client share the single-threaded runtime, so the clock
+/// jumps only when all are idle, and the test takes well under a second of real time.
+#[tokio::test(start_paused = true)]
+async fn the_default_keepalive_detects_a_silent_server_after_5_min_on_paused_time() {
+    let real = std::time::Instant::now();
+    suite::default_keepalive_detects_a_silent_server::<TokioRuntime>().await;
+    assert!(
+        real.elapsed() < std::time::Duration::from_secs(10),
+        "paused time was not used: {:?}",
+        real.elapsed()
+    );
+}

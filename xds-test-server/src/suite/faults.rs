@@ -359,3 +359,51 @@ fn assert_rotations_were_clean(seen: &[ChannelEvent], rotations: usize) {
         "every stream on a new connection"
     );
 }
+
+/// The default keepalive (5 min, 20 s) against a server that goes silent right after
+/// its response: the connection ends "keep-alive timed out" between 5 min and
+/// 5 min 20 s later (plus scheduling), never sooner. Meant for a paused clock.
+pub async fn default_keepalive_detects_a_silent_server<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let server = LoopbackServer::start();
+    server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
+    let proxy = FaultProxy::start(server.addr());
+    let client = builder::<R>(&bootstrap_json(&[proxy.uri()], "default-keepalive-node"))
+        .build()
+        .expect("client");
+    let mut events = client.channel_events();
+    let mut seen = Vec::new();
+    let mut cds = client.watch::<Cds>("cluster-1").await.expect("watch");
+    next_value(&rt, &mut cds).await;
+    let silent_at = rt.now();
+    proxy.black_hole();
+    let defaults = KeepaliveSettings::default();
+    let limit = defaults.interval + defaults.timeout + SLACK;
+    let error = record_until(
+        &rt,
+        &mut events,
+        &mut seen,
+        limit,
+        "the keepalive",
+        |e| match e {
+            ChannelEvent::ConnectionClosed { error, .. } => Some(error.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    let elapsed = rt.now() - silent_at;
+    let error = error.expect("an error ended the connection");
+    assert!(error.contains("keep-alive timed out"), "{error}");
+    assert!(
+        elapsed >= defaults.interval,
+        "no PING before the interval: {elapsed:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e, ChannelEvent::StreamClosed { .. })),
+        "the stream lived until the keepalive failed: {seen:?}"
+    );
+    client.shutdown().await;
+    server.stop().await;
+}
