@@ -3,10 +3,13 @@
 //! connection connected, and GOAWAY, which retires it for new streams. Only the 9-byte
 //! frame headers are parsed; payloads are skipped, and hyper still parses everything.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 
 use futures::channel::oneshot;
+use futures::future;
 
 const FRAME_HEADER_LEN: usize = 9;
 const FRAME_SETTINGS: u8 = 0x4;
@@ -24,6 +27,15 @@ pub(crate) struct ConnectionState {
     going_away: AtomicBool,
     /// Until the handshake has ended: where its outcome goes.
     handshake: Mutex<Option<oneshot::Sender<Handshake>>>,
+    end: Mutex<End>,
+}
+
+/// Whether the connection has ended and why; who waits for it.
+#[derive(Debug, Default)]
+struct End {
+    ended: bool,
+    error: Option<String>,
+    waiting: Vec<Waker>,
 }
 
 impl ConnectionState {
@@ -33,6 +45,7 @@ impl ConnectionState {
         let state = ConnectionState {
             going_away: AtomicBool::new(false),
             handshake: Mutex::new(Some(tx)),
+            end: Mutex::new(End::default()),
         };
         (Arc::new(state), rx)
     }
@@ -46,6 +59,12 @@ impl ConnectionState {
     /// attempt is told (with `error`) and the end is the attempt's failure, no
     /// connection's close.
     pub(crate) fn ended(&self, error: Option<&str>) -> bool {
+        {
+            let mut end = self.end.lock().unwrap_or_else(|e| e.into_inner());
+            end.ended = true;
+            end.error = error.map(str::to_string);
+            end.waiting.drain(..).for_each(Waker::wake);
+        }
         match self.take_handshake() {
             Some(tx) => {
                 let reason = match error {
@@ -57,6 +76,18 @@ impl ConnectionState {
             }
             None => true,
         }
+    }
+
+    /// Completes when the connection has ended, with the error that ended it, if any.
+    pub(crate) fn end(&self) -> impl Future<Output = Option<String>> + '_ {
+        future::poll_fn(move |cx| {
+            let mut end = self.end.lock().unwrap_or_else(|e| e.into_inner());
+            if end.ended {
+                return Poll::Ready(end.error.clone());
+            }
+            end.waiting.push(cx.waker().clone());
+            Poll::Pending
+        })
     }
 
     fn settings_received(&self) {
@@ -169,6 +200,20 @@ mod tests {
         assert_eq!(
             outcome,
             Err("the connection ended before the SETTINGS frame: protocol error".to_string())
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_connection_and_its_error_are_awaitable() {
+        use futures::FutureExt;
+        let (state, _handshake) = ConnectionState::new();
+        state.settings_received();
+        let mut end = Box::pin(state.end());
+        assert_eq!(end.as_mut().now_or_never(), None, "open");
+        assert!(state.ended(Some("keep-alive timed out")));
+        assert_eq!(
+            end.now_or_never(),
+            Some(Some("keep-alive timed out".into()))
         );
     }
 

@@ -162,6 +162,11 @@ impl Connection {
     fn takes_new_streams(&self) -> bool {
         !self.send.is_closed() && !self.state.is_going_away()
     }
+
+    /// The state its stream shares with it (to learn why the connection ended).
+    pub(crate) fn state(&self) -> Arc<ConnectionState> {
+        self.state.clone()
+    }
 }
 
 trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}

@@ -236,6 +236,10 @@ pub async fn silent_server_mid_stream<R: Runtime>(keepalive: bool) {
     .await;
     let elapsed = rt.now() - silent_at;
     assert_eq!(status.code, Code::UNAVAILABLE, "{status}");
+    assert!(
+        status.message.contains("keep-alive timed out"),
+        "the stream's status says why the connection ended: {status}"
+    );
     let closed = |e: &ChannelEvent| match e {
         ChannelEvent::ConnectionClosed { error, .. } => Some(error.clone()),
         _ => None,
