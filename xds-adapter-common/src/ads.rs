@@ -2,18 +2,21 @@
 //! request stream that reports when HTTP/2 takes each request, and the task that runs
 //! the stream and reports what happens to it.
 
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use futures::channel::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
+use futures::future::{self, Either};
 use futures::{SinkExt, Stream};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use xds_proto_core::AdsRequest;
 use xds_proto_core::bootstrap::ServerConfig;
 use xds_proto_core::{Code, ServerId, Status, StreamId};
 
+use crate::frames::ConnectionState;
 use crate::runtime::Runtime;
 use crate::transport::{ChannelSlot, H2Service, TransportSettings};
 
@@ -147,6 +150,27 @@ pub(crate) fn core_status(status: &tonic::Status) -> Status {
     Status::new(code, message)
 }
 
+/// The status of a stream that ended with an error. When the transport broke it (not
+/// a status from the server), the error that ended the connection is added.
+async fn broken_stream_status<R: Runtime>(
+    rt: &R,
+    status: &tonic::Status,
+    connection: &ConnectionState,
+) -> Status {
+    let mut out = core_status(status);
+    if std::error::Error::source(status).is_none() {
+        return out;
+    }
+    let end = pin!(connection.end());
+    let ended = future::select(end, rt.sleep(CONNECTION_END_WAIT)).await;
+    if let Either::Left((Some(error), _)) = ended
+        && !out.message.contains(&error)
+    {
+        out.message = format!("{}; the connection ended: {error}", out.message);
+    }
+    out
+}
+
 /// Everything one stream task needs.
 pub(crate) struct StreamTask<R> {
     pub(crate) rt: R,
@@ -163,6 +187,13 @@ pub(crate) struct StreamTask<R> {
     /// slows the server down instead of the client buffering without limit.
     pub(crate) inbound: Sender<TaskMessage>,
 }
+
+/// How long a stream broken by its transport waits for the connection's end, whose
+/// error says why (a keepalive timeout, say, where the stream only sees a broken pipe).
+/// The connection ends at the same moment in practice (microseconds later); the bound
+/// only matters for a transport error that leaves the connection up (a stream reset),
+/// whose report it delays.
+const CONNECTION_END_WAIT: Duration = Duration::from_secs(1);
 
 impl<R: Runtime> StreamTask<R> {
     fn report(&self, report: Report) {
@@ -204,6 +235,7 @@ impl<R: Runtime> StreamTask<R> {
             }
         };
         self.report(Report::Connected { reused });
+        let connection = conn.state();
         let mut grpc = tonic::client::Grpc::with_origin(H2Service(conn.send), conn.origin)
             .max_decoding_message_size(self.settings.max_receive_message_size)
             .max_encoding_message_size(usize::MAX);
@@ -239,7 +271,9 @@ impl<R: Runtime> StreamTask<R> {
             let report = match inbound.message().await {
                 Ok(Some(bytes)) => Report::Response(bytes),
                 Ok(None) => Report::Closed(Status::new(Code::OK, "the server ended the stream")),
-                Err(status) => Report::Closed(core_status(&status)),
+                Err(status) => {
+                    Report::Closed(broken_stream_status(&self.rt, &status, &connection).await)
+                }
             };
             let last = matches!(report, Report::Closed(_));
             let message = TaskMessage::Stream {
