@@ -24,3 +24,8 @@ async fn without_keepalive_a_server_gone_silent_goes_unnoticed() {
 async fn goaway_rotations_use_fresh_connections_and_fail_nothing() {
     suite::goaway_rotations_use_fresh_connections::<AsyncStdRuntime>().await;
 }
+
+#[async_std::test]
+async fn a_stream_after_goaway_goes_on_a_new_connection() {
+    suite::a_stream_after_goaway_goes_on_a_new_connection::<AsyncStdRuntime>().await;
+}

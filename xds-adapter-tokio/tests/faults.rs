@@ -25,6 +25,11 @@ async fn goaway_rotations_use_fresh_connections_and_fail_nothing() {
     suite::goaway_rotations_use_fresh_connections::<TokioRuntime>().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_after_goaway_goes_on_a_new_connection() {
+    suite::a_stream_after_goaway_goes_on_a_new_connection::<TokioRuntime>().await;
+}
+
 /// The default keepalive (a PING after 5 min, 20 s for its ACK) on tokio's paused
 /// clock: proxy, server and client share the single-threaded runtime, so the clock
 /// jumps only when all are idle, and the test takes well under a second of real time.

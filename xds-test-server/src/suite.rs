@@ -16,8 +16,9 @@ pub use a78::{metrics_exported_on_interval, xds_client_metrics};
 pub use client_closes::client_closed_streams_are_published;
 pub use drops::dropped_watches_are_cancelled;
 pub use faults::{
-    default_keepalive_detects_a_silent_server, goaway_rotations_use_fresh_connections,
-    no_settings_is_a_connect_failure_then_fallback, silent_server_mid_stream,
+    a_stream_after_goaway_goes_on_a_new_connection, default_keepalive_detects_a_silent_server,
+    goaway_rotations_use_fresh_connections, no_settings_is_a_connect_failure_then_fallback,
+    silent_server_mid_stream,
 };
 pub use load::{
     SlowDriver, slow_driver_slows_a_fast_server, stuck_watcher_holds_only_the_newest_state,

@@ -342,6 +342,78 @@ pub async fn goaway_rotations_use_fresh_connections<R: Runtime>() {
     server.stop().await;
 }
 
+/// A GOAWAY arrives while the stream stays open (the server does not end it), then the
+/// client itself replaces the stream (an undecodable response makes it close the
+/// stream). The connection is still open, with the old stream winding down, so only
+/// the GOAWAY says it takes no new streams: the new stream must go on a new
+/// connection, and nothing fails.
+pub async fn a_stream_after_goaway_goes_on_a_new_connection<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let server = LoopbackServer::start();
+    server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
+    let proxy = FaultProxy::start(server.addr());
+    let client = builder::<R>(&bootstrap_json(&[proxy.uri()], "goaway-open-node"))
+        .backoff(BackoffConfig {
+            // A spurious failure would show as a visible pause.
+            initial: Duration::from_secs(5),
+            ..short_backoff()
+        })
+        .build()
+        .expect("client");
+    let mut events = client.channel_events();
+    let mut seen = Vec::new();
+    let mut cds = client.watch::<Cds>("cluster-1").await.expect("watch");
+    next_value(&rt, &mut cds).await;
+    let first = record_until(
+        &rt,
+        &mut events,
+        &mut seen,
+        PROMPT,
+        "the first response",
+        |e| match e {
+            ChannelEvent::ResponseReceived { stream, .. } => Some(*stream),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(proxy.send_goaway().await >= 1, "the GOAWAY was written");
+    server.send_undecodable_message();
+    record_until(
+        &rt,
+        &mut events,
+        &mut seen,
+        Duration::from_secs(3),
+        "the new stream's response",
+        |e| match e {
+            ChannelEvent::ResponseReceived { stream, .. } if *stream != first => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    drain(&mut events, &mut seen);
+    for e in &seen {
+        if let ChannelEvent::ConnectFailed { reason, .. } = e {
+            panic!("a failed attempt: {reason}");
+        }
+    }
+    let connected: Vec<bool> = seen
+        .iter()
+        .filter_map(|e| match e {
+            ChannelEvent::Connected { reused, .. } => Some(*reused),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        connected,
+        vec![false, false],
+        "the second stream on a new connection"
+    );
+    assert_eq!(proxy.connections(), 2, "two connections");
+    assert_no_replacing_error::<Cds>(&ready_updates(&mut cds));
+    client.shutdown().await;
+    server.stop().await;
+}
+
 fn assert_rotations_were_clean(seen: &[ChannelEvent], rotations: usize) {
     let mut responded: Vec<StreamId> = Vec::new();
     let mut connected = Vec::new();
