@@ -111,9 +111,8 @@ pub enum Pick {
         /// until the call is reported finished.
         call: CallToken,
     },
-    /// Nothing is ready yet: keep the RPC and pick again after the next
-    /// [`LbAction::PickerChanged`] (or fail it if it is not wait-for-ready and the
-    /// cluster is in TRANSIENT_FAILURE: that case is a `Fail`).
+    /// Nothing is ready yet (connections are being made): keep the RPC, under its
+    /// deadline, and pick again after the next [`LbAction::PickerChanged`].
     Queue,
     /// Fail the RPC with this status (UNAVAILABLE: no reachable endpoint, the circuit
     /// breaker is open, or the cluster's resource failed). The status is shared, so

@@ -356,11 +356,10 @@ impl LeafCluster {
         };
         match child.pick(&mut ctx, args.hash, rng) {
             Picked::Subchannel(subchannel) => {
-                let Some(address) = ctx.pool.address(subchannel) else {
+                let Some(address) = ctx.pool.call_started(subchannel) else {
                     return Pick::Fail(self.failure_status.clone());
                 };
                 self.in_flight += 1;
-                ctx.pool.call_started(subchannel);
                 Pick::Complete {
                     subchannel,
                     address,

@@ -24,6 +24,11 @@ pub(super) struct RingHash {
     endpoints: Vec<PickFirst>,
     hashes: Vec<u64>,
     owners: Vec<u32>,
+    /// `buckets[b]` is the first ring position whose hash has top bits `>= b`, with one
+    /// more entry at the end: a pick searches only its bucket (one or two entries on
+    /// average) instead of the whole ring.
+    buckets: Vec<u32>,
+    bucket_shift: u32,
     /// Per endpoint, its subchannel while READY.
     ready: Vec<Option<SubchannelId>>,
     state: ConnectivityState,
@@ -75,11 +80,46 @@ impl RingHash {
                 .collect(),
             hashes: ring.iter().map(|e| e.hash).collect(),
             owners: ring.iter().map(|e| e.endpoint).collect(),
+            buckets: Vec::new(),
+            bucket_shift: 64,
             ready: vec![None; specs.len()],
             state: ConnectivityState::Idle,
         };
+        policy.index_buckets();
         policy.refresh(ctx);
         policy
+    }
+
+    fn index_buckets(&mut self) {
+        let bits = self
+            .hashes
+            .len()
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(1);
+        self.bucket_shift = 64 - bits;
+        let count = 1usize << bits;
+        self.buckets = Vec::with_capacity(count + 1);
+        let mut position = 0;
+        for bucket in 0..count as u64 {
+            let start = bucket << self.bucket_shift;
+            while position < self.hashes.len() && self.hashes[position] < start {
+                position += 1;
+            }
+            self.buckets.push(position as u32);
+        }
+        self.buckets.push(self.hashes.len() as u32);
+    }
+
+    /// The first ring position at or after `hash`, wrapping to 0.
+    fn position(&self, hash: u64) -> usize {
+        let bucket = (hash >> self.bucket_shift) as usize;
+        let (lo, hi) = (
+            self.buckets[bucket] as usize,
+            self.buckets[bucket + 1] as usize,
+        );
+        let at = lo + self.hashes[lo..hi].partition_point(|h| *h < hash);
+        if at == self.hashes.len() { 0 } else { at }
     }
 
     pub(super) fn state(&self) -> ConnectivityState {
@@ -142,7 +182,7 @@ impl RingHash {
             return Picked::Fail;
         }
         let len = self.hashes.len();
-        let start = self.hashes.partition_point(|h| *h < hash) % len;
+        let start = self.position(hash);
         if let Some(id) = self.ready[self.owners[start] as usize] {
             return Picked::Subchannel(id);
         }

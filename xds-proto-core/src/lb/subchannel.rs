@@ -206,10 +206,11 @@ impl SubchannelPool {
         self.slots.get(id.index()).map_or(0, |s| s.in_flight)
     }
 
-    pub(super) fn call_started(&mut self, id: SubchannelId) {
-        if let Some(slot) = self.slot_mut(id) {
-            slot.in_flight += 1;
-        }
+    /// Counts a call started on the subchannel; its address, or `None` if it is gone.
+    pub(super) fn call_started(&mut self, id: SubchannelId) -> Option<SocketAddr> {
+        let slot = self.slot_mut(id)?;
+        slot.in_flight += 1;
+        Some(slot.address)
     }
 
     pub(super) fn call_finished(&mut self, id: SubchannelId) {
