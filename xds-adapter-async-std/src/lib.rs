@@ -96,8 +96,9 @@ use std::time::Duration;
 use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::metrics;
 pub use xds_adapter_common::{
-    ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream, ConfigUpdate,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, RawWatchStream, Runtime,
+    CHANNEL_EVENT_BUFFER, ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream,
+    ConfigUpdate, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, KeepaliveSettings, RawWatchStream, Runtime,
     SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;

@@ -21,13 +21,12 @@ use xds_proto_core::{
 
 use crate::config::{ConfigCommand, ConfigStream, Latest};
 use crate::driver::{Command, Driver};
+use crate::events::ChannelEventStream;
 use crate::metrics::{DEFAULT_METRICS_INTERVAL, MetricsExporter, STANDALONE_TARGET};
 use crate::pool::ClientPool;
 use crate::runtime::Runtime;
 use crate::transport::TransportSettings;
-use crate::watch::{
-    ChannelEventStream, RawWatchStream, WatchKey, WatchSender, WatchSlot, WatchStream,
-};
+use crate::watch::{RawWatchStream, WatchKey, WatchSender, WatchSlot, WatchStream};
 
 /// Why a client call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,6 +173,15 @@ impl<R: Runtime> ClientBuilder<R> {
     /// The bound on one connection attempt (default 20 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// HTTP/2 keepalive on the ADS connections; `None` turns it off (default: on, a
+    /// PING after 5 minutes without activity, 20 s for its ACK; see
+    /// [`KeepaliveSettings`](crate::KeepaliveSettings) for when a silent server is
+    /// detected).
+    pub fn keepalive(mut self, keepalive: Option<crate::KeepaliveSettings>) -> Self {
+        self.settings.keepalive = keepalive;
         self
     }
 
@@ -526,11 +534,20 @@ impl<R> Client<R> {
     }
 
     /// A stream of the transport's [`ChannelEvent`](crate::ChannelEvent)s from now on.
-    /// It ends when the client shuts down.
+    /// It ends when the client shuts down. It queues at most
+    /// [`CHANNEL_EVENT_BUFFER`](crate::CHANNEL_EVENT_BUFFER) events: a reader that
+    /// falls further behind loses the oldest ones, counted by
+    /// [`ChannelEventStream::dropped`].
     pub fn channel_events(&self) -> ChannelEventStream {
-        let (tx, events) = mpsc::unbounded();
+        self.channel_events_with_capacity(crate::CHANNEL_EVENT_BUFFER)
+    }
+
+    /// [`channel_events`](Self::channel_events) with a queue of `capacity` events (at
+    /// least 1).
+    pub fn channel_events_with_capacity(&self, capacity: usize) -> ChannelEventStream {
+        let (tx, events) = crate::events::subscription(capacity);
         let _ = self.inner.commands.unbounded_send(Command::Subscribe(tx));
-        ChannelEventStream { events }
+        events
     }
 
     /// Exports the client's gRFC A78 metrics to the installed `metrics` recorder now,

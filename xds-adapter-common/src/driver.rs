@@ -28,6 +28,7 @@ use xds_proto_core::{
 
 use crate::ads::{Report, StreamTask, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
+use crate::events::EventSender;
 use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::transport::{ChannelSlot, TransportSettings};
@@ -170,7 +171,7 @@ pub(crate) enum Command {
     /// The CSDS `ClientConfig` (node and resources; the handle sets the scope).
     ClientConfig(oneshot::Sender<CsdsClientConfig>),
     ServerErrors(oneshot::Sender<Vec<(Arc<str>, Option<String>)>>),
-    Subscribe(UnboundedSender<ChannelEvent>),
+    Subscribe(EventSender),
     Config(ConfigCommand),
     ExportMetrics(oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
@@ -220,7 +221,7 @@ pub(crate) struct Driver<R: Runtime> {
     configs: ConfigWatches,
     streams: HashMap<StreamId, StreamEntry>,
     channels: HashMap<ServerId, Arc<ChannelSlot>>,
-    subscribers: Vec<UnboundedSender<ChannelEvent>>,
+    subscribers: Vec<EventSender>,
     sleep: Option<(Instant, BoxFuture<()>)>,
     metrics: MetricsExporter,
     /// Maps the core's instants to the wall-clock times CSDS reports.
@@ -342,8 +343,7 @@ impl<R: Runtime> Driver<R> {
     }
 
     fn publish(&mut self, event: ChannelEvent) {
-        self.subscribers
-            .retain(|s| s.unbounded_send(event.clone()).is_ok());
+        self.subscribers.retain(|s| s.send(&event));
     }
 
     fn on_command(&mut self, command: Command) {

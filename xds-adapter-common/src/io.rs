@@ -1,11 +1,14 @@
 //! An adapter from `futures-io` byte streams to hyper's I/O traits, so that HTTP/2 and
-//! TLS run the same way over any runtime's sockets.
+//! TLS run the same way over any runtime's sockets. The bytes read can be shown to a
+//! [`FrameWatcher`], which follows the server's HTTP/2 frames.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::io::{AsyncRead, AsyncWrite};
+
+use crate::frames::FrameWatcher;
 
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -17,6 +20,7 @@ const READ_CHUNK: usize = 16 * 1024;
 pub struct HyperIo<T> {
     inner: T,
     buf: Box<[u8]>,
+    watcher: Option<FrameWatcher>,
 }
 
 impl<T> HyperIo<T> {
@@ -25,6 +29,15 @@ impl<T> HyperIo<T> {
         HyperIo {
             inner,
             buf: vec![0; READ_CHUNK].into_boxed_slice(),
+            watcher: None,
+        }
+    }
+
+    /// Wraps `inner`, showing every byte read to `watcher`.
+    pub(crate) fn watched(inner: T, watcher: FrameWatcher) -> HyperIo<T> {
+        HyperIo {
+            watcher: Some(watcher),
+            ..HyperIo::new(inner)
         }
     }
 
@@ -44,6 +57,9 @@ impl<T: AsyncRead + Unpin> hyper::rt::Read for HyperIo<T> {
         let want = cursor.remaining().min(this.buf.len());
         match Pin::new(&mut this.inner).poll_read(cx, &mut this.buf[..want]) {
             Poll::Ready(Ok(n)) => {
+                if let Some(watcher) = &mut this.watcher {
+                    watcher.observe(&this.buf[..n]);
+                }
                 cursor.put_slice(&this.buf[..n]);
                 Poll::Ready(Ok(()))
             }

@@ -50,6 +50,8 @@ mod client;
 mod config;
 pub mod csds;
 mod driver;
+mod events;
+mod frames;
 mod io;
 pub mod metrics;
 mod pool;
@@ -62,13 +64,15 @@ pub use client::{Client, ClientBuilder, Error};
 pub use config::{ConfigResult, ConfigStream, ConfigUpdate};
 pub use csds::CsdsService;
 pub use driver::ChannelEvent;
+pub use events::{CHANNEL_EVENT_BUFFER, ChannelEventStream};
 pub use io::HyperIo;
 pub use pool::{ClientPool, SERVER_TARGET};
 pub use runtime::{BoxFuture, Runtime};
 pub use transport::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Target, TransportSettings,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, KeepaliveSettings, Target, TransportSettings,
 };
-pub use watch::{ChannelEventStream, RawWatchStream, WatchStream, WatchUpdate};
+pub use watch::{RawWatchStream, WatchStream, WatchUpdate};
 
 /// The gRPC method of the ADS stream.
 pub const ADS_METHOD: &str =

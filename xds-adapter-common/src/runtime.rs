@@ -53,6 +53,60 @@ impl<R: Runtime, F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F>
     }
 }
 
+/// Lets hyper's HTTP/2 keepalive read the time and sleep on a [`Runtime`]'s clock (so
+/// that it runs in virtual time under a paused clock, as the core's timers do). hyper
+/// counts in `std::time::Instant`s: the runtime's time since the timer was made is
+/// added to the system instant read then.
+#[derive(Clone, Debug)]
+pub(crate) struct HyperTimer<R> {
+    rt: R,
+    origin: Instant,
+    origin_std: std::time::Instant,
+}
+
+impl<R: Runtime> HyperTimer<R> {
+    pub(crate) fn new(rt: R) -> HyperTimer<R> {
+        HyperTimer {
+            origin: rt.now(),
+            origin_std: std::time::Instant::now(),
+            rt,
+        }
+    }
+}
+
+impl<R: Runtime> hyper::rt::Timer for HyperTimer<R> {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep(std::sync::Mutex::new(self.rt.sleep(duration))))
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep(deadline.saturating_duration_since(self.now()))
+    }
+
+    fn now(&self) -> std::time::Instant {
+        self.origin_std + self.rt.now().saturating_duration_since(self.origin)
+    }
+}
+
+/// A runtime sleep as hyper wants it: `Sync` too (the mutex is never locked: polling
+/// takes it by `&mut`).
+struct HyperSleep(std::sync::Mutex<BoxFuture<()>>);
+
+impl Future for HyperSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let sleep = self
+            .get_mut()
+            .0
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner());
+        sleep.as_mut().poll(cx)
+    }
+}
+
+impl hyper::rt::Sleep for HyperSleep {}
+
 /// Which wall-clock time a runtime [`Instant`] is: the runtime's instant and the system
 /// time read together when a client starts, so that an instant maps to the system time
 /// at the start plus the runtime time elapsed since (virtual time, under a paused

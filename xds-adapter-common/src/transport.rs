@@ -1,19 +1,25 @@
 //! Connections to xDS servers: target parsing, the connection attempt (TCP, then TLS
-//! for `tls` credentials, then the HTTP/2 handshake), and the tower service tonic's
-//! client runs on. One connection per server is kept and shared by that server's
-//! successive ADS streams until it closes or the core drops the channel.
+//! for `tls` credentials, then the HTTP/2 handshake until the server's SETTINGS
+//! arrive), HTTP/2 keepalive, and the tower service tonic's client runs on. One
+//! connection per server is kept and shared by that server's successive ADS streams
+//! until it closes, the server sends GOAWAY, or the core drops the channel.
 
 use std::fmt;
+use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::{self, Either};
+use futures::FutureExt;
+use futures::channel::oneshot;
+use futures::future::{self, AbortHandle, AbortRegistration, Abortable, Either};
 use futures::io::{AsyncRead, AsyncWrite};
 use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig, ServerTarget};
 
+use crate::frames::{ConnectionState, FrameWatcher, Handshake};
 use crate::io::HyperIo;
-use crate::runtime::{BoxFuture, HyperExecutor, Runtime};
+use crate::runtime::{BoxFuture, HyperExecutor, HyperTimer, Runtime};
 
 /// The default cap on one received message: 64 MiB, enough for the large CDS/EDS
 /// responses of big meshes (tonic's own default is 4 MiB).
@@ -22,13 +28,62 @@ pub const DEFAULT_MAX_RECEIVE_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 /// The default bound on one connection attempt (gRPC's minimum connect timeout).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The default time without a frame from the server after which a keepalive PING is
+/// sent: 5 minutes, what gRPC C-core sets on its xDS channel
+/// (`GRPC_ARG_KEEPALIVE_TIME_MS` in `xds_transport_grpc.cc`). Shorter is not safe as a
+/// default: grpc-go and C-core servers allow one PING per 5 minutes by default and
+/// answer more frequent ones with GOAWAY `too_many_pings`.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5 * 60);
+
+/// The default time a keepalive PING may go unanswered before the connection is taken
+/// to be dead: 20 s, gRPC's default `GRPC_ARG_KEEPALIVE_TIMEOUT_MS`.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// HTTP/2 keepalive on the ADS connections: how a server that goes silent mid-stream
+/// is detected.
+///
+/// The rule (hyper's HTTP/2 keepalive, which the adapter configures): while at least
+/// one stream is open on a connection, a PING is sent once `interval` has passed since
+/// the last frame read that counts as activity (response HEADERS, DATA, or the ACK of
+/// a PING; SETTINGS, WINDOW_UPDATE and the server's own PINGs do not count). If its
+/// ACK has not arrived `timeout` after the PING was sent, the connection is closed
+/// ("keep-alive timed out") and every stream on it ends with UNAVAILABLE, which the
+/// core treats as any broken stream (backoff, retry, fallback). A server silent since
+/// its last frame at `t` is therefore detected at `t + interval + timeout` (the timers
+/// run on the adapter's runtime). No PINGs are sent on a connection without streams,
+/// as gRPC clients do not by default (`GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS` 0).
+/// With keepalive off (`TransportSettings::keepalive` `None`) a silent server is never
+/// detected by the client; only the operating system's TCP timeouts end the
+/// connection, if the peer's host is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepaliveSettings {
+    /// Time since the last activity read after which a PING is sent.
+    pub interval: Duration,
+    /// Time a PING may wait for its ACK before the connection is closed.
+    pub timeout: Duration,
+}
+
+impl Default for KeepaliveSettings {
+    fn default() -> KeepaliveSettings {
+        KeepaliveSettings {
+            interval: DEFAULT_KEEPALIVE_INTERVAL,
+            timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+        }
+    }
+}
+
 /// Transport settings of a client, beyond what the bootstrap says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransportSettings {
     /// The largest `DiscoveryResponse` accepted, in bytes.
     pub max_receive_message_size: usize,
-    /// How long one connection attempt (TCP, TLS and HTTP/2 handshakes) may take.
+    /// How long one connection attempt may take: TCP, TLS, and until the server's
+    /// first HTTP/2 frame (its SETTINGS) has been read. A connection counts as
+    /// connected only then; at the deadline the attempt is a connectivity failure.
     pub connect_timeout: Duration,
+    /// HTTP/2 keepalive; `None` turns it off. On by default
+    /// ([`DEFAULT_KEEPALIVE_INTERVAL`], [`DEFAULT_KEEPALIVE_TIMEOUT`]).
+    pub keepalive: Option<KeepaliveSettings>,
     /// The HTTP/2 stream flow-control window, in bytes.
     pub initial_stream_window_size: u32,
     /// The HTTP/2 connection flow-control window, in bytes.
@@ -40,6 +95,7 @@ impl Default for TransportSettings {
         TransportSettings {
             max_receive_message_size: DEFAULT_MAX_RECEIVE_MESSAGE_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            keepalive: Some(KeepaliveSettings::default()),
             initial_stream_window_size: 4 * 1024 * 1024,
             initial_connection_window_size: 8 * 1024 * 1024,
         }
@@ -92,41 +148,85 @@ impl fmt::Display for Target {
     }
 }
 
-/// An established HTTP/2 connection to one server.
+/// An established HTTP/2 connection to one server: the server's SETTINGS arrived.
 #[derive(Clone, Debug)]
 pub(crate) struct Connection {
     pub(crate) send: hyper::client::conn::http2::SendRequest<tonic::body::Body>,
     pub(crate) origin: http::Uri,
+    state: Arc<ConnectionState>,
+}
+
+impl Connection {
+    /// Whether a new stream may use it: open, and not being closed by the server
+    /// (GOAWAY).
+    fn takes_new_streams(&self) -> bool {
+        !self.send.is_closed() && !self.state.is_going_away()
+    }
 }
 
 trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
-/// Connects to `config`'s server, bounded by the connect timeout. `on_closed` runs
-/// when the connection ends, with the error that ended it, if any.
+/// Connects to `config`'s server: TCP, TLS, the HTTP/2 handshake, and until the
+/// server's SETTINGS frame has been read, all bounded by the connect timeout. At the
+/// deadline (or on any failure) the half-open connection is dropped. `on_closed` runs
+/// when an established connection ends, with the error that ended it, if any.
 pub(crate) async fn connect<R: Runtime>(
     rt: &R,
     config: &ServerConfig,
     settings: &TransportSettings,
     on_closed: impl FnOnce(Option<String>) + Send + 'static,
 ) -> Result<Connection, String> {
-    let attempt = connect_inner(rt, config, settings, on_closed);
-    let timeout = rt.sleep(settings.connect_timeout);
-    match future::select(Box::pin(attempt), timeout).await {
+    // Set once TCP (and TLS) are up: a timeout then awaited the server's SETTINGS.
+    let awaiting_settings = AtomicBool::new(false);
+    let (abort, registration) = AbortHandle::new_pair();
+    let attempt = async {
+        let (conn, handshake) = open(
+            rt,
+            config,
+            settings,
+            &awaiting_settings,
+            registration,
+            on_closed,
+        )
+        .await?;
+        match handshake.await {
+            Ok(Ok(())) => Ok(conn),
+            Ok(Err(reason)) => Err(format!("{}: {reason}", config.server_uri)),
+            Err(oneshot::Canceled) => Err(format!(
+                "{}: the connection ended before the SETTINGS frame",
+                config.server_uri
+            )),
+        }
+    };
+    let timeout = settings.connect_timeout;
+    let result = match future::select(pin!(attempt), rt.sleep(timeout)).await {
         Either::Left((result, _)) => result,
-        Either::Right(((), _)) => Err(format!(
-            "connection attempt timed out after {:?}",
-            settings.connect_timeout
+        Either::Right(((), _)) if awaiting_settings.load(Ordering::Relaxed) => Err(format!(
+            "{}: timed out before receiving SETTINGS frame (connect timeout {timeout:?})",
+            config.server_uri
         )),
+        Either::Right(((), _)) => Err(format!(
+            "{}: connection attempt timed out after {timeout:?}",
+            config.server_uri
+        )),
+    };
+    if result.is_err() {
+        abort.abort();
     }
+    result
 }
 
-async fn connect_inner<R: Runtime>(
+/// Opens the connection up to the HTTP/2 handshake and spawns its task; the receiver
+/// learns when the server's SETTINGS arrive (or the connection ends first).
+async fn open<R: Runtime>(
     rt: &R,
     config: &ServerConfig,
     settings: &TransportSettings,
+    awaiting_settings: &AtomicBool,
+    registration: AbortRegistration,
     on_closed: impl FnOnce(Option<String>) + Send + 'static,
-) -> Result<Connection, String> {
+) -> Result<(Connection, oneshot::Receiver<Handshake>), String> {
     let target = Target::parse(&config.server_uri)?;
     let tls = match &config.channel_creds {
         ChannelCredentials::Insecure => None,
@@ -155,18 +255,50 @@ async fn connect_inner<R: Runtime>(
             Box::new(stream)
         }
     };
-    let (send, conn) = hyper::client::conn::http2::Builder::new(HyperExecutor(rt.clone()))
-        .initial_stream_window_size(settings.initial_stream_window_size)
-        .initial_connection_window_size(settings.initial_connection_window_size)
-        .handshake::<_, tonic::body::Body>(HyperIo::new(io))
+    awaiting_settings.store(true, Ordering::Relaxed);
+    let (state, handshake) = ConnectionState::new();
+    let io = HyperIo::watched(io, FrameWatcher::new(state.clone()));
+    let (send, conn) = http2_builder(rt, settings)
+        .handshake::<_, tonic::body::Body>(io)
         .await
         .map_err(|e| format!("HTTP/2 handshake with {target} failed: {e}"))?;
-    let task: BoxFuture<()> = Box::pin(async move {
-        let result = conn.await;
-        on_closed(result.err().map(|e| error_chain(&e)));
-    });
-    rt.spawn(task);
-    Ok(Connection { send, origin })
+    let task_state = state.clone();
+    let task = Abortable::new(
+        async move {
+            let error = conn.await.err().map(|e| error_chain(&e));
+            if task_state.ended(error.as_deref()) {
+                on_closed(error);
+            }
+        },
+        registration,
+    );
+    rt.spawn(Box::pin(task.map(drop)));
+    let conn = Connection {
+        send,
+        origin,
+        state,
+    };
+    Ok((conn, handshake))
+}
+
+/// hyper's HTTP/2 client as the settings say: flow-control windows, and keepalive
+/// PINGs only while a stream is open (see [`KeepaliveSettings`]).
+fn http2_builder<R: Runtime>(
+    rt: &R,
+    settings: &TransportSettings,
+) -> hyper::client::conn::http2::Builder<HyperExecutor<R>> {
+    let mut builder = hyper::client::conn::http2::Builder::new(HyperExecutor(rt.clone()));
+    builder
+        .timer(HyperTimer::new(rt.clone()))
+        .initial_stream_window_size(settings.initial_stream_window_size)
+        .initial_connection_window_size(settings.initial_connection_window_size);
+    if let Some(keepalive) = settings.keepalive {
+        builder
+            .keep_alive_interval(keepalive.interval)
+            .keep_alive_timeout(keepalive.timeout)
+            .keep_alive_while_idle(false);
+    }
+    builder
 }
 
 /// An error and its sources, joined with `: `.
@@ -210,7 +342,9 @@ pub(crate) struct ChannelSlot {
 }
 
 impl ChannelSlot {
-    /// The open connection, or a new one. The `bool` is true for a new connection.
+    /// The open connection, or a new one when there is none or the server is closing
+    /// it (GOAWAY: the streams on it go on until the server ends them). The `bool` is
+    /// true for a new connection.
     pub(crate) async fn get_or_connect<R: Runtime>(
         self: &Arc<Self>,
         rt: &R,
@@ -220,7 +354,7 @@ impl ChannelSlot {
         on_closed: impl FnOnce(Option<String>) + Send + 'static,
     ) -> Result<(Connection, bool), String> {
         let mut guard = self.conn.lock().await;
-        if let Some(conn) = guard.as_ref().filter(|c| !c.send.is_closed()) {
+        if let Some(conn) = guard.as_ref().filter(|c| c.takes_new_streams()) {
             return Ok((conn.clone(), false));
         }
         *guard = None;

@@ -1,5 +1,5 @@
 //! The streams a client hands out: typed and untyped watch streams (dropping one
-//! cancels its watch) and the stream of channel events.
+//! cancels its watch).
 //!
 //! A watch stream is fed through a [`WatchSlot`], not a queue: the driver overwrites,
 //! the reader takes, so a reader that stops reading holds at most two events (see
@@ -12,11 +12,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
-use futures::channel::mpsc::UnboundedReceiver;
 use xds_proto_core::{WatchEvent, XdsError, XdsResourceType};
 
 use crate::client::Inner;
-use crate::driver::{ChannelEvent, Command};
+use crate::driver::Command;
 
 /// An update of a typed watch: the gRFC A88 split of the core's [`WatchEvent`].
 #[derive(Debug)]
@@ -337,20 +336,6 @@ impl<T: XdsResourceType> Stream for WatchStream<T> {
                 None => debug_assert!(false, "a value of another type: {event:?}"),
             }
         }
-    }
-}
-
-/// The stream of a client's [`ChannelEvent`]s, from the moment it was subscribed.
-#[derive(Debug)]
-pub struct ChannelEventStream {
-    pub(crate) events: UnboundedReceiver<ChannelEvent>,
-}
-
-impl Stream for ChannelEventStream {
-    type Item = ChannelEvent;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ChannelEvent>> {
-        Pin::new(&mut self.events).poll_next(cx)
     }
 }
 

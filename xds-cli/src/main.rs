@@ -144,6 +144,10 @@ struct Args {
     /// The does-not-exist timeout in seconds (default 15; 3 for the demo).
     #[arg(long, value_name = "SECS")]
     resource_timeout: Option<f64>,
+    /// How long one connection attempt may take, until the server's HTTP/2 SETTINGS
+    /// have arrived, in seconds (default 20).
+    #[arg(long, value_name = "SECS")]
+    connect_timeout: Option<f64>,
     /// Also print every ACK.
     #[arg(long, short)]
     verbose: bool,
@@ -267,6 +271,9 @@ async fn main() {
     let mut builder = Client::builder(bootstrap).user_agent("xds-cli", env!("CARGO_PKG_VERSION"));
     if let Some(t) = args.resource_timeout.or(demo.then_some(3.0)) {
         builder = builder.resource_timeout(Duration::from_secs_f64(t));
+    }
+    if let Some(t) = args.connect_timeout {
+        builder = builder.connect_timeout(Duration::from_secs_f64(t));
     }
     let pool = builder.build_pool().unwrap_or_else(|e| fail(e));
     let target = args.target.clone().unwrap_or_else(|| match &listener {

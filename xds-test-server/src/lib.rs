@@ -22,6 +22,9 @@
 //! paused clock stay deterministic), and otherwise on a dedicated thread with its own
 //! runtime (so an async-std test can use it without a tokio runtime of its own).
 //!
+//! [`FaultProxy`] sits between a client and a server to inject faults: a server that
+//! never speaks HTTP/2, one that goes silent mid-stream, one that sends GOAWAY.
+//!
 //! [`recorder::TestRecorder`] is a `metrics` recorder that tests read the clients'
 //! exported metrics from.
 //!
@@ -36,6 +39,7 @@
 mod codec;
 pub mod config_suite;
 pub mod demo;
+pub mod proxy;
 pub mod recorder;
 pub mod resources;
 mod server;
@@ -43,4 +47,5 @@ pub mod suite;
 #[cfg(feature = "tls")]
 pub mod tls;
 
+pub use proxy::FaultProxy;
 pub use server::{LoopbackServer, RecordedRequest, RequestKind, ServerStats};

@@ -138,9 +138,9 @@ impl Shared {
     }
 }
 
-/// Where the server's tasks run.
+/// Where the server's (and the fault proxy's) tasks run.
 #[derive(Clone)]
-enum Host {
+pub(crate) enum Host {
     /// The runtime that created the server.
     Caller(tokio::runtime::Handle),
     /// A dedicated thread, whose runtime lives as long as `_keep_alive`.
@@ -151,7 +151,35 @@ enum Host {
 }
 
 impl Host {
-    fn handle(&self) -> &tokio::runtime::Handle {
+    /// The calling tokio runtime, or else a dedicated thread running its own.
+    pub(crate) fn current_or_thread() -> Host {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => Host::Caller(handle),
+            Err(_) => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime for the loopback server");
+                let handle = rt.handle().clone();
+                let (keep, until) = std::sync::mpsc::sync_channel::<()>(0);
+                std::thread::Builder::new()
+                    .name("loopback-xds-server".into())
+                    .spawn(move || {
+                        // Runs the server's tasks until the last handle is dropped.
+                        rt.block_on(async move {
+                            let _ = tokio::task::spawn_blocking(move || until.recv()).await;
+                        });
+                    })
+                    .expect("a thread for the loopback server");
+                Host::Thread {
+                    handle,
+                    _keep_alive: Arc::new(keep),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
         match self {
             Host::Caller(handle) | Host::Thread { handle, .. } => handle,
         }
@@ -205,30 +233,7 @@ impl LoopbackServer {
     /// # Panics
     /// When the port cannot be bound.
     pub fn start_with(tls: Option<Arc<rustls::ServerConfig>>, port: u16) -> LoopbackServer {
-        let host = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => Host::Caller(handle),
-            Err(_) => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime for the loopback server");
-                let handle = rt.handle().clone();
-                let (keep, until) = std::sync::mpsc::sync_channel::<()>(0);
-                std::thread::Builder::new()
-                    .name("loopback-xds-server".into())
-                    .spawn(move || {
-                        // Runs the server's tasks until the last handle is dropped.
-                        rt.block_on(async move {
-                            let _ = tokio::task::spawn_blocking(move || until.recv()).await;
-                        });
-                    })
-                    .expect("a thread for the loopback server");
-                Host::Thread {
-                    handle,
-                    _keep_alive: Arc::new(keep),
-                }
-            }
-        };
+        let host = Host::current_or_thread();
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local address");
         let server = LoopbackServer {

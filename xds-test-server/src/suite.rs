@@ -10,12 +10,17 @@ mod a78;
 mod burst;
 mod client_closes;
 mod drops;
+mod faults;
 mod load;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
 pub use burst::a_burst_of_watches_is_one_request_per_type;
 pub use client_closes::client_closed_streams_are_published;
 pub use drops::dropped_watches_are_cancelled;
+pub use faults::{
+    default_keepalive_detects_a_silent_server, goaway_rotations_use_fresh_connections,
+    no_settings_is_a_connect_failure_then_fallback, silent_server_mid_stream,
+};
 pub use load::{
     SlowDriver, slow_driver_slows_a_fast_server, stuck_watcher_holds_only_the_newest_state,
 };
