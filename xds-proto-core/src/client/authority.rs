@@ -55,8 +55,8 @@ impl XdsClient {
     /// The authority that serves the canonical name `name`, creating its state (and
     /// the state of its servers) on first use.
     pub(super) fn authority_for(&mut self, t: TypeIdx, name: &str) -> Result<usize, WatchError> {
-        let bootstrap = self.config.bootstrap.clone();
-        let (authority, configs) = checked_authority(&bootstrap, self.types[t].type_url(), name)?;
+        let (authority, configs) =
+            checked_authority(&self.config.bootstrap, self.types[t].type_url(), name)?;
         if let Some(i) = self
             .authorities
             .iter()
@@ -64,8 +64,9 @@ impl XdsClient {
         {
             return Ok(i);
         }
+        let configs = configs.to_vec();
         let mut servers: Vec<usize> = Vec::with_capacity(configs.len());
-        for config in configs {
+        for config in &configs {
             let server = self.server_index(config);
             if !servers.contains(&server) {
                 servers.push(server);
