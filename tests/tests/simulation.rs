@@ -33,6 +33,7 @@ fn seeds() {
     let start = env_u64("XDS_SIM_SEED_START", 0);
     let began = WallClock::now();
     let (mut steps, mut faults, mut worst, mut ran) = (0u64, 0u64, Duration::ZERO, 0u64);
+    let (mut keepalive_failures, mut resumed) = (0u64, 0u64);
     let mut failures = Vec::new();
     for seed in start..start.saturating_add(count) {
         ran += 1;
@@ -61,11 +62,14 @@ fn seeds() {
         }
         steps += report.stats.steps;
         faults += report.stats.faults;
+        keepalive_failures += report.stats.keepalive_failures;
+        resumed += report.stats.partitions_resumed;
         worst = worst.max(report.converged_after.unwrap_or_default());
     }
     println!(
         "{ran} seeds from {start} run twice each in {:.1?}: {} failed; {steps} steps, {faults} faults, \
-         slowest convergence {worst:?} after the heal",
+         slowest convergence {worst:?} after the heal; partitioned connections: \
+         {keepalive_failures} failed by keepalive, {resumed} resumed",
         began.elapsed(),
         failures.len()
     );
@@ -75,6 +79,14 @@ fn seeds() {
         failures.len(),
         failures.join("\n")
     );
+    // Both outcomes of a partition are exercised: the keepalive failing the connection,
+    // and the connection riding it out (keepalive off, or slower than the partition).
+    if count >= DEFAULT_SEEDS {
+        assert!(
+            keepalive_failures > 0 && resumed > 0,
+            "{keepalive_failures} keepalive failures, {resumed} resumed partitions"
+        );
+    }
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::channel::mpsc::{self, UnboundedSender};
@@ -14,7 +15,8 @@ use xds_proto_core::client::DuplicateTypeError;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
-    Bootstrap, ResourceSnapshot, WatchError, WatcherId, XdsClient, XdsClientConfig, XdsResourceType,
+    Bootstrap, ResourceSnapshot, WatchChecker, WatchError, XdsClient, XdsClientConfig,
+    XdsResourceType,
 };
 
 use crate::config::{ConfigCommand, ConfigStream, Latest};
@@ -24,7 +26,7 @@ use crate::metrics::{DEFAULT_METRICS_INTERVAL, MetricsExporter, STANDALONE_TARGE
 use crate::pool::ClientPool;
 use crate::runtime::Runtime;
 use crate::transport::TransportSettings;
-use crate::watch::{RawWatchStream, WatchSender, WatchSlot, WatchStream};
+use crate::watch::{RawWatchStream, WatchKey, WatchSender, WatchSlot, WatchStream};
 
 /// Why a client call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,6 +285,7 @@ impl<R: Runtime> ClientBuilder<R> {
         for register in &self.registrations {
             register(&mut core).map_err(Error::DuplicateType)?;
         }
+        let checker = core.watch_checker();
         let (commands, rx) = mpsc::unbounded();
         let metrics_target = target
             .clone()
@@ -292,6 +295,8 @@ impl<R: Runtime> ClientBuilder<R> {
         rt.spawn(Box::pin(driver.run()));
         Ok(Client::from_inner(Arc::new(Inner {
             commands,
+            checker,
+            next_watch: AtomicU64::new(0),
             bootstrap,
             target,
         })))
@@ -304,28 +309,6 @@ pub(crate) fn random_seed() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0x9e37_79b9_7f4a_7c15);
     h.finish()
-}
-
-/// The driver's answer to a watch command. When the `watch()` future is dropped before
-/// reading it, the watch the driver may already have registered is cancelled: nobody
-/// will ever hold its stream.
-struct PendingWatch<'a> {
-    answer: oneshot::Receiver<Result<WatcherId, WatchError>>,
-    client: &'a Inner,
-}
-
-impl Drop for PendingWatch<'_> {
-    fn drop(&mut self) {
-        // Closed first, so that an answer is either readable now or never sent (the
-        // driver then cancels the watch itself).
-        self.answer.close();
-        if let Ok(Some(Ok(watcher))) = self.answer.try_recv() {
-            let _ = self
-                .client
-                .commands
-                .unbounded_send(Command::Cancel(watcher));
-        }
-    }
 }
 
 /// A handle to a running xDS client. Cheap to clone, `Send + Sync`; every clone talks
@@ -342,6 +325,10 @@ pub struct Client<R> {
 /// last one is dropped (the command channel closes); a pool holds it only weakly.
 pub(crate) struct Inner {
     pub(crate) commands: UnboundedSender<Command>,
+    /// Refuses the watches the core would refuse, so `watch()` answers at once.
+    checker: WatchChecker,
+    /// The next watch's key.
+    next_watch: AtomicU64,
     bootstrap: Arc<Bootstrap>,
     target: Option<Arc<str>>,
 }
@@ -421,24 +408,23 @@ impl<R> Client<R> {
     /// [`Error::Watch`] when the core refuses the name (unknown type or authority),
     /// [`Error::Shutdown`] when the client has stopped.
     pub async fn watch<T: XdsResourceType>(&self, name: &str) -> Result<WatchStream<T>, Error> {
+        // The checker answers for the core, so the watch needs no round trip to the
+        // driver: a loop of watches queues its commands back to back, and the driver
+        // takes the burst into one subscription request per type.
+        self.inner.checker.check::<T>(name)?;
         let events = Arc::new(WatchSlot::default());
-        let (reply, answer) = oneshot::channel();
+        let key = WatchKey(self.inner.next_watch.fetch_add(1, Ordering::Relaxed));
         self.send(Command::Watch {
+            key,
             type_url: T::TYPE_URL,
             watch: XdsClient::watch::<T>,
             name: name.to_string(),
             events: WatchSender::new(events.clone()),
-            reply,
         })?;
-        let mut answer = PendingWatch {
-            answer,
-            client: &self.inner,
-        };
-        let watcher = (&mut answer.answer).await.map_err(|_| Error::Shutdown)??;
         Ok(WatchStream::new(RawWatchStream::new(
             events,
             self.inner.clone(),
-            watcher,
+            key,
             T::TYPE_URL,
             name,
         )))

@@ -32,7 +32,7 @@ use crate::events::EventSender;
 use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::transport::{ChannelSlot, TransportSettings};
-use crate::watch::WatchSender;
+use crate::watch::{WatchKey, WatchSender};
 
 /// What the transport did, as the client reports it to [`Client::channel_events`]
 /// subscribers: which server is in use, connection attempts and their failures, the
@@ -156,15 +156,16 @@ const INBOUND_BUFFER: usize = 2;
 
 /// A command from a handle to the driver.
 pub(crate) enum Command {
+    /// A watch the handle's checker has accepted.
     Watch {
+        key: WatchKey,
         type_url: &'static str,
         /// `XdsClient::watch::<T>` of the watched type.
         watch: fn(&mut XdsClient, &str) -> Result<WatcherId, WatchError>,
         name: String,
         events: WatchSender,
-        reply: oneshot::Sender<Result<WatcherId, WatchError>>,
     },
-    Cancel(WatcherId),
+    Cancel(WatchKey),
     Snapshot(oneshot::Sender<Vec<ResourceSnapshot>>),
     Csds(oneshot::Sender<Vec<GenericXdsConfig>>),
     /// The CSDS `ClientConfig` (node and resources; the handle sets the scope).
@@ -213,7 +214,10 @@ pub(crate) struct Driver<R: Runtime> {
     inbound_tx: Sender<TaskMessage>,
     /// The stream tasks' responses (see [`INBOUND_BUFFER`]).
     inbound: Receiver<TaskMessage>,
-    watchers: HashMap<WatcherId, WatchSender>,
+    /// The watch streams' watchers: their keys and senders.
+    watchers: HashMap<WatcherId, (WatchKey, WatchSender)>,
+    /// The core's watcher of each watch stream's key.
+    watch_keys: HashMap<WatchKey, WatcherId>,
     configs: ConfigWatches,
     streams: HashMap<StreamId, StreamEntry>,
     channels: HashMap<ServerId, Arc<ChannelSlot>>,
@@ -248,6 +252,7 @@ impl<R: Runtime> Driver<R> {
             inbound_tx,
             inbound,
             watchers: HashMap::new(),
+            watch_keys: HashMap::new(),
             configs: ConfigWatches::new(),
             streams: HashMap::new(),
             channels: HashMap::new(),
@@ -293,7 +298,10 @@ impl<R: Runtime> Driver<R> {
     }
 
     /// The next input, by priority: commands first (a shutdown or a cancel never
-    /// waits behind responses), then the small reports of the stream tasks, released
+    /// waits behind responses, and a burst of watches, which `watch()` queues without
+    /// waiting for an answer, all reach the core before the stream task's report that
+    /// its first subscription request went out: the core merges the rest of the burst
+    /// into one request per type), then the small reports of the stream tasks, released
     /// clusters, the timer, and last the responses, of which at most a few wait.
     fn poll_input(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Input> {
         match self.commands.poll_next_unpin(cx) {
@@ -341,25 +349,28 @@ impl<R: Runtime> Driver<R> {
     fn on_command(&mut self, command: Command) {
         match command {
             Command::Watch {
+                key,
                 type_url,
                 watch,
                 name,
                 events,
-                reply,
             } => match watch(&mut self.core, &name) {
                 Ok(id) => {
                     tracing::debug!(type_url = %type_url, resource = %name, watcher = %id, "watch");
-                    if reply.send(Ok(id)).is_ok() {
-                        self.watchers.insert(id, events);
-                    } else {
-                        self.core.cancel_watch(id);
-                    }
+                    self.watchers.insert(id, (key, events));
+                    self.watch_keys.insert(key, id);
                 }
+                // The handle's checker accepted it: the core disagreeing is a bug. The
+                // dropped sender ends the stream.
                 Err(e) => {
-                    let _ = reply.send(Err(e));
+                    tracing::error!(type_url = %type_url, resource = %name, error = %e, "watch refused after its check")
                 }
             },
-            Command::Cancel(id) => self.forget_watcher(id),
+            Command::Cancel(key) => {
+                if let Some(&id) = self.watch_keys.get(&key) {
+                    self.forget_watcher(id);
+                }
+            }
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.core.resource_snapshot());
             }
@@ -644,7 +655,7 @@ impl<R: Runtime> Driver<R> {
                 if self.configs.handle_notification(&mut self.core, &n) {
                     return;
                 }
-                if let Some(sender) = self.watchers.get(&n.watcher)
+                if let Some((_, sender)) = self.watchers.get(&n.watcher)
                     && !sender.publish(n.event)
                 {
                     // The stream was dropped; its cancel command, on its way, will
@@ -676,7 +687,8 @@ impl<R: Runtime> Driver<R> {
     /// Forgets a watch stream's watcher and cancels its watch in the core: the one way
     /// a watcher leaves the driver, so none stays subscribed for good.
     fn forget_watcher(&mut self, id: WatcherId) {
-        if self.watchers.remove(&id).is_some() {
+        if let Some((key, _)) = self.watchers.remove(&id) {
+            self.watch_keys.remove(&key);
             tracing::debug!(watcher = %id, "cancel watch");
             self.core.cancel_watch(id);
         }
@@ -691,6 +703,7 @@ impl<R: Runtime> Driver<R> {
         }
         self.channels.clear();
         self.watchers.clear();
+        self.watch_keys.clear();
         self.configs.close_all();
         self.subscribers.clear();
         self.sleep = None;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
-use xds_proto_core::{WatchEvent, WatcherId, XdsError, XdsResourceType};
+use xds_proto_core::{WatchEvent, XdsError, XdsResourceType};
 
 use crate::client::Inner;
 use crate::driver::Command;
@@ -160,6 +160,11 @@ impl WatchSlot {
     }
 }
 
+/// A watch stream's name for its watch in the driver, chosen by the handle so that
+/// `watch()` needs no answer from the driver (which maps it to the core's watcher).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct WatchKey(pub(crate) u64);
+
 /// The driver's end of a [`WatchSlot`]: dropping it ends the stream, as dropping a
 /// channel's sender would.
 pub(crate) struct WatchSender(Arc<WatchSlot>);
@@ -188,7 +193,7 @@ impl Drop for WatchSender {
 pub struct RawWatchStream {
     events: Arc<WatchSlot>,
     client: Arc<Inner>,
-    watcher: WatcherId,
+    key: WatchKey,
     type_url: Arc<str>,
     name: Arc<str>,
 }
@@ -197,22 +202,17 @@ impl RawWatchStream {
     pub(crate) fn new(
         events: Arc<WatchSlot>,
         client: Arc<Inner>,
-        watcher: WatcherId,
+        key: WatchKey,
         type_url: &str,
         name: &str,
     ) -> RawWatchStream {
         RawWatchStream {
             events,
             client,
-            watcher,
+            key,
             type_url: Arc::from(type_url),
             name: Arc::from(name),
         }
-    }
-
-    /// The watcher's id in the core.
-    pub fn watcher(&self) -> WatcherId {
-        self.watcher
     }
 
     /// The watched resource's type URL.
@@ -234,7 +234,7 @@ impl RawWatchStream {
 impl fmt::Debug for RawWatchStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawWatchStream")
-            .field("watcher", &self.watcher)
+            .field("key", &self.key.0)
             .field("type_url", &self.type_url)
             .field("name", &self.name)
             .finish_non_exhaustive()
@@ -255,7 +255,7 @@ impl Drop for RawWatchStream {
         let _ = self
             .client
             .commands
-            .unbounded_send(Command::Cancel(self.watcher));
+            .unbounded_send(Command::Cancel(self.key));
     }
 }
 
@@ -294,11 +294,6 @@ impl<T: XdsResourceType> WatchStream<T> {
     /// The untyped stream underneath.
     pub fn into_raw(self) -> RawWatchStream {
         self.raw
-    }
-
-    /// The watcher's id in the core.
-    pub fn watcher(&self) -> WatcherId {
-        self.raw.watcher
     }
 
     /// The watched resource's name.

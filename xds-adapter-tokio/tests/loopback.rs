@@ -115,3 +115,10 @@ async fn a_stuck_watcher_holds_only_the_newest_state() {
 async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
     suite::slow_driver_slows_a_fast_server::<TokioRuntime>().await;
 }
+
+/// Issue 11 item 22. Single-threaded, so that the burst is queued before the driver
+/// runs (see the scenario).
+#[tokio::test]
+async fn a_burst_of_watches_is_one_subscribing_request_per_type() {
+    suite::a_burst_of_watches_is_one_request_per_type::<TokioRuntime>().await;
+}

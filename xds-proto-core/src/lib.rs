@@ -31,8 +31,8 @@ pub mod time;
 pub use bootstrap::Bootstrap;
 pub use client::{
     Action, AdsRequest, Code, ErrorKind, Event, Notification, ResourceSnapshot, ResourceStatusKind,
-    ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient, XdsClientConfig,
-    XdsError,
+    ServerId, Status, StreamId, WatchChecker, WatchError, WatchEvent, WatcherId, XdsClient,
+    XdsClientConfig, XdsError,
 };
 pub use resource::{Cds, DecodeError, Eds, Lds, Rds, ResourceValue, XdsResourceType};
 pub use time::Instant;

@@ -7,12 +7,14 @@
 //! hold under tokio's paused clock.
 
 mod a78;
+mod burst;
 mod client_closes;
 mod drops;
 mod faults;
 mod load;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
+pub use burst::a_burst_of_watches_is_one_request_per_type;
 pub use client_closes::client_closed_streams_are_published;
 pub use drops::dropped_watches_are_cancelled;
 pub use faults::{

@@ -13,6 +13,7 @@
 //!   client to;
 //! - [`server`]: the sans-IO management server model (the testing kit's);
 //! - [`rng`]: the seeded random stream;
+//! - `keepalive`: the transport's HTTP/2 keepalive, as the adapters configure it;
 //! - [`fuzz`]: the library side of the cargo-fuzz targets, so `cargo test` can replay
 //!   their regression inputs;
 //! - [`bootstrap_json`]: a bootstrap serializer for round-trip properties.
@@ -20,6 +21,7 @@
 pub mod bootstrap_json;
 pub mod check;
 pub mod fuzz;
+mod keepalive;
 pub mod rng;
 pub mod verdict;
 pub mod world;

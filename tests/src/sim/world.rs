@@ -7,13 +7,17 @@
 //! goes through two phases:
 //! - **safety**: watches come and go, snapshots change, and faults strike: stream resets,
 //!   graceful server closes, channel failures, blackholes (connections that never
-//!   establish, open ones that stall until a keepalive kills them), server restarts
+//!   establish; open ones partitioned, which the client's keepalive fails as the
+//!   adapter's does, or which resume with what TCP held back when the partition lifts:
+//!   see `keepalive`), server restarts
 //!   that forget streams and nonces, slow connects and slow sends, undecodable and
 //!   invalid resources, deletions, TP3 `resource_errors`, duplicate responses, reordered
 //!   types, junk messages, and events for streams that are already gone;
 //! - **liveness**: the faults stop, the servers repair their snapshots, and within a
 //!   virtual-time bound every watcher must hold exactly the server's current value, or
-//!   does-not-exist (or its cached value where SotW cannot express a deletion).
+//!   does-not-exist (or its cached value where SotW cannot express a deletion). The heal
+//!   lifts every partition: a stream that keepalive did not fail (it is off, or slower
+//!   than the partition) resumes, so the bound holds with keepalive on or off.
 //!
 //! The checker runs after every client step; the run's trace is hashed so the same seed
 //! can be shown to give the same trace.
@@ -31,7 +35,10 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discov
 use xds_proto_core::resource::builtin_types;
 use xds_proto_core::{Bootstrap, Code, Instant, Status};
 
+use xds_adapter_common::KeepaliveSettings;
+
 use super::check::{CheckOptions, CheckedClient, Violation};
+use super::keepalive;
 use super::rng::SimRng;
 use super::server::{
     ManagementServer, SIM_TYPES, ServerPolicy, SimResource, all_required, invalid_any, valid_any,
@@ -74,6 +81,10 @@ pub struct SimStats {
     pub notifications: u64,
     /// Does-not-exist (or transient timeout) notifications.
     pub does_not_exist: u64,
+    /// Partitioned connections the client's keepalive failed.
+    pub keepalive_failures: u64,
+    /// Partitioned connections that resumed when the partition lifted.
+    pub partitions_resumed: u64,
 }
 
 /// What a passing run reports.
@@ -202,6 +213,7 @@ struct Plan {
     p_slow_send: f64,
     p_dup: f64,
     policies: [ServerPolicy; 2],
+    keepalive: Vec<Option<KeepaliveSettings>>,
 }
 
 const FAULT_KINDS: usize = 8;
@@ -272,6 +284,8 @@ impl Plan {
             p_slow_send: rng.range(0, 10) as f64 / 100.0,
             p_dup: rng.range(0, 10) as f64 / 100.0,
             policies,
+            // Drawn last, so the draws above are what they were before keepalive.
+            keepalive: (0..clients).map(|_| keepalive::draw(rng)).collect(),
         }
     }
 
@@ -285,7 +299,8 @@ impl Plan {
         format!(
             "{} client(s) buffering={:?} conn-reports={:?}; authority mode {} fallback-listed={}; features {:?}; \
              policies {:?}; timeout {:?}; safety {:?}; latency {:?} ms; connect <= {} ms; churn {:?} ms; \
-             updates {} ms; faults every ~{} ms [{}]; p(never)={} p(slow connect)={} p(slow send)={} p(dup)={}",
+             updates {} ms; faults every ~{} ms [{}]; p(never)={} p(slow connect)={} p(slow send)={} p(dup)={}; \
+             keepalive {:?}",
             self.clients,
             self.buffering,
             self.reports_connectivity,
@@ -305,6 +320,10 @@ impl Plan {
             self.p_slow_connect,
             self.p_slow_send,
             self.p_dup,
+            self.keepalive
+                .iter()
+                .map(|k| keepalive::describe(*k))
+                .collect::<Vec<_>>(),
         )
     }
 }
@@ -350,8 +369,15 @@ enum Ev {
         conn: u64,
         status: Status,
     },
+    /// The keepalive fails a partitioned connection (`stall`: which partition).
     Kill {
         conn: u64,
+        stall: u64,
+    },
+    /// A partition of a connection lifts.
+    Resume {
+        conn: u64,
+        stall: u64,
     },
     ServerUp {
         server: usize,
@@ -380,7 +406,17 @@ struct Conn {
     server: usize,
     state: ConnState,
     fate: Fate,
+    /// Partitioned: responses are held back (`held`), requests wait.
     stalled: bool,
+    /// Counts the partitions, so that a stale `Kill` or `Resume` is ignored.
+    stall: u64,
+    /// When the current partition began and until when it lasts.
+    stall_span: (Instant, Instant),
+    /// The responses a partition held back, in order.
+    held: Vec<Bytes>,
+    /// The last frame read that counts as keepalive activity (the stream opening, or
+    /// a response).
+    last_activity: Instant,
     pending: Option<DiscoveryRequest>,
     backlog: Vec<DiscoveryRequest>,
     c2s_last: Instant,
@@ -393,6 +429,7 @@ struct SimClient {
     buffering: bool,
     reports_connectivity: bool,
     churn_mean_ms: u64,
+    keepalive: Option<KeepaliveSettings>,
 }
 
 /// A group of names served by the same servers (the top level, or the authority).
@@ -638,6 +675,7 @@ impl World {
                 buffering: plan.buffering[i],
                 reports_connectivity: plan.reports_connectivity[i],
                 churn_mean_ms: plan.churn_mean_ms[i],
+                keepalive: plan.keepalive[i],
             });
         }
 
@@ -939,6 +977,10 @@ impl World {
                 state: ConnState::Connecting,
                 fate,
                 stalled: false,
+                stall: 0,
+                stall_span: (self.now, self.now),
+                held: Vec::new(),
+                last_activity: self.now,
                 pending: None,
                 backlog: Vec::new(),
                 c2s_last: self.now,
@@ -990,6 +1032,65 @@ impl World {
             let at = self.now + self.latency();
             self.schedule(at, Ev::ServerSeesClose { conn: id });
         }
+    }
+
+    /// The open connection `id` is partitioned until `until` (a partition already under
+    /// way lasts until the later end): the client's keepalive fails it if it notices
+    /// first, else it resumes when the partition lifts.
+    fn partition(&mut self, id: u64, until: Instant) {
+        let now = self.now;
+        let c = self.conns.get_mut(&id).expect("conn");
+        if !c.stalled {
+            c.stalled = true;
+            c.stall_span = (now, until);
+        }
+        c.stall += 1;
+        c.stall_span.1 = c.stall_span.1.max(until);
+        let (stall, (began, until)) = (c.stall, c.stall_span);
+        let keepalive = self.clients[c.client].keepalive;
+        match keepalive::failure_at(keepalive, c.last_activity, began) {
+            Some(fails) if fails < until => self.schedule(fails, Ev::Kill { conn: id, stall }),
+            _ => self.schedule(until, Ev::Resume { conn: id, stall }),
+        }
+    }
+
+    /// A partition of the open connection `id` lifts: TCP delivers the responses it
+    /// held back, and the request waiting to go out goes.
+    fn resume(&mut self, id: u64) -> Result<(), SimFailure> {
+        let c = self.conns.get_mut(&id).expect("conn");
+        if c.state != ConnState::Open || !c.stalled {
+            return Ok(());
+        }
+        c.stalled = false;
+        c.stall += 1;
+        let held = std::mem::take(&mut c.held);
+        let has_pending = c.pending.is_some();
+        self.stats.partitions_resumed += 1;
+        self.note(format_args!(
+            "net: conn {id} partition lifts, {} held response(s)",
+            held.len()
+        ));
+        if has_pending {
+            let d = self.send_delay();
+            self.schedule(self.now + d, Ev::SendDone { conn: id });
+        }
+        // Now, in order: responses still in flight arrive after them.
+        for bytes in held {
+            if self.conns[&id].state != ConnState::Open {
+                break;
+            }
+            self.receive(id, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// The client reads a response on the open, unpartitioned connection `id`.
+    fn receive(&mut self, id: u64, bytes: Bytes) -> Result<(), SimFailure> {
+        let c = self.conns.get_mut(&id).expect("conn");
+        c.last_activity = self.now;
+        c.last_bytes = Some(bytes.clone());
+        let (client, stream) = (c.client, c.stream);
+        self.deliver(client, Event::ResponseReceived { stream, bytes })
     }
 
     /// The transport gives up on a connection: a channel failure (when the client's
@@ -1143,12 +1244,14 @@ impl World {
             }
             Ev::ClientRecv { conn, bytes } => {
                 let c = self.conns.get_mut(&conn).expect("conn");
-                if c.state != ConnState::Open || c.stalled {
+                if c.state != ConnState::Open {
                     return Ok(());
                 }
-                c.last_bytes = Some(bytes.clone());
-                let (client, stream) = (c.client, c.stream);
-                self.deliver(client, Event::ResponseReceived { stream, bytes })
+                if c.stalled {
+                    c.held.push(bytes);
+                    return Ok(());
+                }
+                self.receive(conn, bytes)
             }
             Ev::ClientClosed { conn, status } => {
                 let c = self.conns.get_mut(&conn).expect("conn");
@@ -1159,7 +1262,20 @@ impl World {
                 let (client, stream) = (c.client, c.stream);
                 self.deliver(client, Event::StreamClosed { stream, status })
             }
-            Ev::Kill { conn } => self.fail_conn(conn, "keepalive timeout"),
+            Ev::Kill { conn, stall } => {
+                let c = &self.conns[&conn];
+                if c.state != ConnState::Open || !c.stalled || c.stall != stall {
+                    return Ok(());
+                }
+                self.stats.keepalive_failures += 1;
+                self.fail_conn(conn, "keep-alive timed out")
+            }
+            Ev::Resume { conn, stall } => {
+                if self.conns[&conn].stall != stall {
+                    return Ok(());
+                }
+                self.resume(conn)
+            }
             Ev::ServerUp { server } => {
                 let uri = self.servers[server].uri.clone();
                 self.note(format_args!("srv {uri} up"));
@@ -1181,6 +1297,7 @@ impl World {
         self.servers[server].open_stream(conn);
         let c = self.conns.get_mut(&conn).expect("conn");
         c.state = ConnState::Open;
+        c.last_activity = self.now;
         let backlog = std::mem::take(&mut c.backlog);
         let has_pending = c.pending.is_some();
         for request in backlog {
@@ -1357,11 +1474,9 @@ impl World {
                     .map(|(k, _)| *k)
                     .collect();
                 for id in hit {
-                    let keepalive = self.rng.millis(10_000, 20_000);
                     let c = self.conns.get_mut(&id).expect("conn");
                     if c.state == ConnState::Open {
-                        c.stalled = true;
-                        self.schedule(self.now + keepalive, Ev::Kill { conn: id });
+                        self.partition(id, until);
                     } else if c.fate == Fate::Normal {
                         c.fate = Fate::NeverEstablish;
                         self.schedule(
@@ -1469,9 +1584,8 @@ impl World {
         let troubled: Vec<(u64, &'static str)> = self
             .conns
             .iter()
-            .filter_map(|(k, c)| match (c.state, c.fate, c.stalled) {
-                (ConnState::Open, _, true) => Some((*k, "keepalive timeout")),
-                (ConnState::Connecting, Fate::NeverEstablish, _) => {
+            .filter_map(|(k, c)| match (c.state, c.fate) {
+                (ConnState::Connecting, Fate::NeverEstablish) => {
                     Some((*k, "connection attempt timed out"))
                 }
                 _ => None,
@@ -1479,6 +1593,13 @@ impl World {
             .collect();
         for (id, reason) in troubled {
             self.fail_conn(id, reason)?;
+        }
+        let partitioned: Vec<u64> = (self.conns.iter())
+            .filter(|(_, c)| c.state == ConnState::Open && c.stalled)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in partitioned {
+            self.resume(id)?;
         }
         for g in 0..self.groups.len() {
             for (t, name) in self.groups[g].names.clone() {

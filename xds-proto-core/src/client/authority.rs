@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
+use super::check::checked_authority;
 use super::server::ServerState;
 use super::timer::TimerKey;
 use super::{Action, ServerId, TypeIdx, WatchError, XdsClient};
 use crate::bootstrap::ServerConfig;
-use crate::names;
 
 #[derive(Debug)]
 pub(super) struct AuthorityState {
@@ -55,16 +55,8 @@ impl XdsClient {
     /// The authority that serves the canonical name `name`, creating its state (and
     /// the state of its servers) on first use.
     pub(super) fn authority_for(&mut self, t: TypeIdx, name: &str) -> Result<usize, WatchError> {
-        let parsed = names::parse_xdstp(name).map_err(WatchError::InvalidName)?;
-        if let Some(p) = &parsed
-            && p.resource_type != names::message_type(self.types[t].type_url())
-        {
-            return Err(WatchError::InvalidName(names::NameError {
-                name: name.to_string(),
-                reason: "the resource type in the name is not the watched type",
-            }));
-        }
-        let authority = parsed.as_ref().map(|p| p.authority);
+        let (authority, configs) =
+            checked_authority(&self.config.bootstrap, self.types[t].type_url(), name)?;
         if let Some(i) = self
             .authorities
             .iter()
@@ -72,18 +64,9 @@ impl XdsClient {
         {
             return Ok(i);
         }
-        let bootstrap = self.config.bootstrap.clone();
-        let configs = bootstrap.servers_for_authority(authority).map_err(|_| {
-            WatchError::UnknownAuthority {
-                authority: authority.unwrap_or("").to_string(),
-                name: name.to_string(),
-            }
-        })?;
-        if configs.is_empty() {
-            return Err(WatchError::NoServer(name.to_string()));
-        }
+        let configs = configs.to_vec();
         let mut servers: Vec<usize> = Vec::with_capacity(configs.len());
-        for config in configs {
+        for config in &configs {
             let server = self.server_index(config);
             if !servers.contains(&server) {
                 servers.push(server);

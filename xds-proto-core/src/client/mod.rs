@@ -31,6 +31,7 @@
 mod api;
 mod authority;
 mod cache;
+mod check;
 mod csds;
 mod envelope;
 mod failure;
@@ -55,6 +56,7 @@ pub use self::api::{
     Event, MAX_NACK_DETAIL_BYTES, Notification, ResourceSnapshot, ResourceStatusKind, ServerId,
     StreamId, UpdateFailure, WatchError, WatchEvent, WatcherId, XdsClientConfig,
 };
+pub use self::check::WatchChecker;
 pub use self::request::AdsRequest;
 pub use self::status::{Code, ErrorKind, Status, XdsError};
 

@@ -15,6 +15,11 @@ use crate::resource::validate::{
 
 /// Decodes and validates one serialized `RouteConfiguration`.
 pub fn decode(bytes: &[u8]) -> Result<(String, RouteConfigResource), DecodeError> {
+    // A valid configuration is decoded one route at a time; anything else takes the
+    // whole-message path below, which gives the error.
+    if let Some(valid) = super::by_route::decode_valid(bytes) {
+        return Ok(valid);
+    }
     let rc: route_pb::RouteConfiguration = decode_resource(bytes, "RouteConfiguration")?;
     let value = parse_route_configuration(&rc).map_err(|e| e.into_decode_error(&rc.name))?;
     Ok((rc.name, value))
@@ -39,6 +44,16 @@ pub(in crate::resource) fn parse_route_configuration(
         virtual_hosts
             .push(parse_virtual_host(vh, &plugins).map_err(|e| e.at_index("virtual_hosts", i))?);
     }
+    Ok(assemble(rc.name.clone(), virtual_hosts, plugins))
+}
+
+/// The configuration from its validated virtual hosts, keeping the supported plugins
+/// that some route refers to.
+pub(super) fn assemble(
+    name: String,
+    virtual_hosts: Vec<VirtualHost>,
+    plugins: Vec<(String, PluginState)>,
+) -> RouteConfigResource {
     let used: BTreeSet<&str> = virtual_hosts
         .iter()
         .flat_map(|vh| vh.routes.iter())
@@ -57,14 +72,14 @@ pub(in crate::resource) fn parse_route_configuration(
             _ => None,
         })
         .collect();
-    Ok(RouteConfigResource {
-        name: rc.name.clone(),
+    RouteConfigResource {
+        name,
         virtual_hosts,
         cluster_specifier_plugins,
-    })
+    }
 }
 
-fn parse_cluster_specifier_plugins(
+pub(super) fn parse_cluster_specifier_plugins(
     plugins: &[route_pb::ClusterSpecifierPlugin],
 ) -> Result<Vec<(String, PluginState)>, FieldError> {
     let mut out: Vec<(String, PluginState)> = Vec::with_capacity(plugins.len());
@@ -115,6 +130,21 @@ fn parse_virtual_host(
     vh: &route_pb::VirtualHost,
     plugins: &[(String, PluginState)],
 ) -> Result<VirtualHost, FieldError> {
+    let mut host = parse_virtual_host_settings(vh)?;
+    host.routes.reserve(vh.routes.len());
+    for (i, r) in vh.routes.iter().enumerate() {
+        if let Some(route) = parse_route(r, plugins).map_err(|e| e.at_index("routes", i))? {
+            host.routes.push(route);
+        }
+    }
+    Ok(host)
+}
+
+/// A virtual host's own settings, checked; its routes are left empty (see
+/// [`parse_route`]).
+pub(super) fn parse_virtual_host_settings(
+    vh: &route_pb::VirtualHost,
+) -> Result<VirtualHost, FieldError> {
     let mut domains = Vec::with_capacity(vh.domains.len());
     for (i, d) in vh.domains.iter().enumerate() {
         domains.push(parse_domain(d).map_err(|msg| FieldError::new(format!("domains[{i}]"), msg))?);
@@ -122,16 +152,10 @@ fn parse_virtual_host(
     let retry_policy = optional(vh.retry_policy.as_ref(), "retry_policy", parse_retry_policy)?;
     let typed_per_filter_config = parse_filter_overrides(&vh.typed_per_filter_config)
         .map_err(|e| e.at("typed_per_filter_config"))?;
-    let mut routes = Vec::with_capacity(vh.routes.len());
-    for (i, r) in vh.routes.iter().enumerate() {
-        if let Some(route) = parse_route(r, plugins).map_err(|e| e.at_index("routes", i))? {
-            routes.push(route);
-        }
-    }
     Ok(VirtualHost {
         name: vh.name.clone(),
         domains,
-        routes,
+        routes: Vec::new(),
         retry_policy,
         typed_per_filter_config,
     })
@@ -164,7 +188,7 @@ fn parse_domain(domain: &str) -> Result<DomainPattern, String> {
 }
 
 /// Validates one route; `Ok(None)` means gRPC ignores the route.
-fn parse_route(
+pub(super) fn parse_route(
     r: &route_pb::Route,
     plugins: &[(String, PluginState)],
 ) -> Result<Option<Route>, FieldError> {

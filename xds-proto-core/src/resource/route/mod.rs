@@ -21,6 +21,7 @@ use bytes::Bytes;
 use super::validate::{FieldError, type_name};
 
 mod action;
+mod by_route;
 mod decode;
 #[cfg(test)]
 mod tests;

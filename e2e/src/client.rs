@@ -1,0 +1,176 @@
+//! xds-proto's tokio client, used as an application would: one watch per resource,
+//! registered one by one in a loop, then every watch's first value awaited.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use xds_adapter_tokio::xds_proto_core::XdsResourceType;
+use xds_adapter_tokio::{
+    Bootstrap, Cds, ChannelEvent, Client, Eds, Lds, Rds, WatchStream, WatchUpdate,
+};
+
+use crate::{Run, Workload};
+
+/// One client run against the server at `port`.
+pub async fn run(port: u16, workload: &Workload) -> Run {
+    let bootstrap = Bootstrap::from_json_str(&format!(
+        r#"{{"xds_servers": [{{"server_uri": "127.0.0.1:{port}", "channel_creds": [{{"type": "insecure"}}],
+              "server_features": ["xds_v3"]}}],
+            "node": {{"id": "e2e-client"}}}}"#
+    ))
+    .expect("a valid bootstrap");
+    let client = Client::builder(bootstrap)
+        // Longer than any run: a slow run must not become does-not-exist errors.
+        .resource_timeout(Duration::from_secs(600))
+        .build()
+        .expect("the client starts");
+    let start = Instant::now();
+    let cpu = crate::process_cpu();
+    let (responses, bytes) = count_responses(&client, start);
+
+    let mut firsts = FuturesUnordered::new();
+    let done = Arc::new(Done::new(start));
+    firsts.push(first_value(
+        watch::<Lds>(&client, &workload.listener).await,
+        &done,
+        0,
+    ));
+    firsts.push(first_value(
+        watch::<Rds>(&client, &workload.route).await,
+        &done,
+        1,
+    ));
+    for name in &workload.clusters {
+        firsts.push(first_value(watch::<Cds>(&client, name).await, &done, 2));
+    }
+    for name in &workload.clusters {
+        firsts.push(first_value(watch::<Eds>(&client, name).await, &done, 3));
+    }
+    let registered = start.elapsed();
+    // Keep every stream (dropping one cancels its watch) until all have a value.
+    let mut streams = Vec::with_capacity(firsts.len());
+    while let Some(stream) = firsts.next().await {
+        streams.push(stream);
+    }
+    let elapsed = start.elapsed();
+    let cpu = crate::process_cpu() - cpu;
+    if std::env::var_os("XDS_E2E_PHASES").is_some() {
+        println!(
+            "  phases (ms, first/last value per type L R C E): {}",
+            done.report()
+        );
+    }
+    assert_eq!(streams.len(), workload.resource_count());
+    client.shutdown().await;
+    Run {
+        cpu,
+        elapsed,
+        registered,
+        responses: responses.load(Ordering::Relaxed),
+        bytes: bytes.load(Ordering::Relaxed),
+    }
+}
+
+async fn watch<T: XdsResourceType>(client: &Client, name: &str) -> WatchStream<T> {
+    client
+        .watch::<T>(name)
+        .await
+        .unwrap_or_else(|e| panic!("watch {name}: {e}"))
+}
+
+/// The stream back (to be kept) once it has yielded its resource; any error fails the
+/// run.
+fn first_value<T: XdsResourceType>(
+    mut stream: WatchStream<T>,
+    done: &Arc<Done>,
+    kind: usize,
+) -> BoxFuture<'static, Held> {
+    let done = done.clone();
+    Box::pin(async move {
+        match stream.next().await {
+            Some(WatchUpdate::Changed(Ok(_))) => {
+                done.mark(kind);
+                Box::new(stream) as Held
+            }
+            Some(WatchUpdate::Changed(Err(e)) | WatchUpdate::AmbientError(e)) => {
+                panic!("a watch failed: {e}")
+            }
+            None => panic!("a watch stream ended"),
+        }
+    })
+}
+
+/// A watch stream of any type, kept alive.
+type Held = Box<dyn std::any::Any + Send>;
+
+/// Counts the responses the client receives and their bytes, from its channel events.
+fn count_responses(client: &Client, start: Instant) -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let phases = std::env::var_os("XDS_E2E_PHASES").is_some();
+    let (responses, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut events = client.channel_events();
+    let (r, b) = (responses.clone(), bytes.clone());
+    tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            if phases {
+                let what = match &event {
+                    ChannelEvent::RequestSent {
+                        type_url,
+                        resource_names,
+                        nonce,
+                        ..
+                    } => {
+                        format!(
+                            "sent {type_url} names={} nonce={nonce}",
+                            resource_names.len()
+                        )
+                    }
+                    ChannelEvent::ResponseReceived { bytes, .. } => format!("response {bytes} B"),
+                    other => format!("{other:?}"),
+                };
+                println!("    {:7.1} ms {what}", start.elapsed().as_secs_f64() * 1e3);
+            }
+            if let ChannelEvent::ResponseReceived { bytes, .. } = event {
+                r.fetch_add(1, Ordering::Relaxed);
+                b.fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+    });
+    (responses, bytes)
+}
+
+/// When each type's first and last watcher got its value (for XDS_E2E_PHASES=1).
+struct Done {
+    start: Instant,
+    first: [AtomicUsize; 4],
+    last: [AtomicUsize; 4],
+}
+
+impl Done {
+    fn new(start: Instant) -> Done {
+        Done {
+            start,
+            first: Default::default(),
+            last: Default::default(),
+        }
+    }
+
+    fn mark(&self, kind: usize) {
+        let us = self.start.elapsed().as_micros() as usize;
+        let _ = self.first[kind].compare_exchange(0, us, Ordering::Relaxed, Ordering::Relaxed);
+        self.last[kind].fetch_max(us, Ordering::Relaxed);
+    }
+
+    fn report(&self) -> String {
+        (0..4)
+            .map(|k| {
+                let ms = |a: &AtomicUsize| a.load(Ordering::Relaxed) as f64 / 1e3;
+                format!("{:.1}/{:.1}", ms(&self.first[k]), ms(&self.last[k]))
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    }
+}

@@ -1,0 +1,98 @@
+//! The raw ADS probe, the floor the client is measured against: one tonic stream that
+//! subscribes to every name at once (the listener, the route configuration, all
+//! clusters, all endpoint sets), ACKs each response, and counts the resources and
+//! bytes it receives, decoding no resource, until every one is in.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use http::uri::PathAndQuery;
+use prost::Message;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::config::core::v3::Node;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::service::discovery::v3::{
+    DiscoveryRequest, DiscoveryResponse,
+};
+
+use crate::{Run, Workload};
+
+const ADS_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+
+/// One probe run against the server at `port`.
+pub async fn run(port: u16, workload: &Workload) -> Run {
+    // Timed from before the connection, as the client is (its first watch connects).
+    let start = Instant::now();
+    let cpu = crate::process_cpu();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("a valid URI")
+        .connect()
+        .await
+        .expect("the probe connects");
+    let mut grpc = tonic::client::Grpc::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let subscriptions = workload.subscriptions();
+    let (requests, outbound) = mpsc::unbounded::<DiscoveryRequest>();
+    for (i, (type_url, names)) in subscriptions.iter().enumerate() {
+        let node = (i == 0).then(|| Node {
+            id: "e2e-probe".to_string(),
+            ..Default::default()
+        });
+        let _ = requests.unbounded_send(DiscoveryRequest {
+            node,
+            type_url: type_url.to_string(),
+            resource_names: names.clone(),
+            ..Default::default()
+        });
+    }
+    grpc.ready().await.expect("the channel is ready");
+    let codec = tonic_prost::ProstCodec::<DiscoveryRequest, DiscoveryResponse>::default();
+    let mut inbound = grpc
+        .streaming(
+            tonic::Request::new(outbound),
+            PathAndQuery::from_static(ADS_PATH),
+            codec,
+        )
+        .await
+        .expect("the ADS stream starts")
+        .into_inner();
+    // SotW: each type's newest response holds all its subscribed resources.
+    let mut held: HashMap<String, usize> = HashMap::new();
+    let (mut responses, mut bytes) = (0, 0);
+    let expected = workload.resource_count();
+    while held.values().sum::<usize>() < expected {
+        let response = match inbound.next().await {
+            Some(Ok(response)) => response,
+            Some(Err(status)) => panic!("the probe's stream failed: {status}"),
+            None => panic!("the probe's stream ended"),
+        };
+        responses += 1;
+        bytes += response.encoded_len();
+        held.insert(response.type_url.clone(), response.resources.len());
+        let names = subscriptions
+            .iter()
+            .find(|(t, _)| *t == response.type_url)
+            .map(|(_, names)| names.clone())
+            .unwrap_or_default();
+        let _ = requests.unbounded_send(DiscoveryRequest {
+            version_info: response.version_info,
+            resource_names: names,
+            type_url: response.type_url,
+            response_nonce: response.nonce,
+            ..Default::default()
+        });
+    }
+    let elapsed = start.elapsed();
+    let cpu = crate::process_cpu() - cpu;
+    // Let the last ACKs go out before the stream is dropped.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Run {
+        cpu,
+        elapsed,
+        registered: Duration::ZERO,
+        responses,
+        bytes,
+    }
+}
