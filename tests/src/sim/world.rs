@@ -1570,10 +1570,23 @@ impl World {
                             || (group.features.transient_timer && e.kind == ErrorKind::Timeout)
                     }
                     // Kept after a deletion unless it is a data error that drops it:
-                    // a SotW LDS/CDS omission, or any delta removal.
+                    // a SotW LDS/CDS omission, or a delta removal, which a delta server
+                    // sends for what it sent (a value from the fallback server, of a
+                    // fallback generation, it knows nothing of and stays silent about).
                     Some(Ok(v)) => {
-                        !(group.features.fail_on_data_errors
-                            && (all_required(ws.type_url) || self.delta[group.servers[0]]))
+                        let from_primary = entry.is_some_and(|e| {
+                            let generation = e
+                                .version
+                                .strip_prefix('g')
+                                .and_then(|g| g.parse::<u32>().ok());
+                            generation.is_some_and(|g| g < FALLBACK_GENERATION_OFFSET)
+                        });
+                        let dropped = if self.delta[group.servers[0]] {
+                            from_primary
+                        } else {
+                            all_required(ws.type_url)
+                        };
+                        !(group.features.fail_on_data_errors && dropped)
                             && entry.is_some_and(|e| e.value.as_ref() == Some(v))
                     }
                     None => false,
