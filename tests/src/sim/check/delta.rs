@@ -37,7 +37,8 @@ pub(super) fn decode_as_sotw(bytes: &Bytes) -> Option<(DiscoveryResponse, BTreeS
             } else {
                 r.name
             };
-            // A payload of another name is invalid, named by the Resource.
+            // A named Resource whose payload does not decode to that name (another
+            // name, a type mismatch, bad bytes) is invalid, named by the Resource.
             let payload_name = |any: &Any| -> Option<String> {
                 let ty = ty.as_ref()?;
                 if any.type_url != ty.type_url() {
@@ -47,7 +48,7 @@ pub(super) fn decode_as_sotw(bytes: &Bytes) -> Option<(DiscoveryResponse, BTreeS
             };
             let resource = r.resource.filter(|any| {
                 name.is_empty()
-                    || payload_name(any).is_none_or(|inner| canonical(&inner) == canonical(&name))
+                    || payload_name(any).is_some_and(|inner| canonical(&inner) == canonical(&name))
             });
             let wrapper = Resource {
                 name,
