@@ -784,8 +784,12 @@ impl CheckedClient {
         st.nonce = response.nonce.clone();
         st.ack_due = true;
         let mut verdict = judge(&ty, &response);
-        // Delta: a name both sent and removed is a contradiction the client NACKs.
-        if removed.iter().any(|n| verdict.present.contains(n)) {
+        // Delta: a name both sent (valid or not) and removed is a contradiction the
+        // client NACKs; a TP3 error beside a removal is not.
+        if removed
+            .iter()
+            .any(|n| verdict.valid.contains_key(n) || verdict.invalid.contains(n))
+        {
             verdict.accept = false;
         }
         st.pending_nack = !verdict.accept;
