@@ -28,10 +28,11 @@ pub mod resource;
 pub mod selector;
 pub mod time;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{ApiType, Bootstrap};
 pub use client::{
-    Action, AdsRequest, Code, ErrorKind, Event, Notification, ResourceSnapshot, ResourceStatusKind,
-    ServerId, Status, StreamId, WatchChecker, WatchError, WatchEvent, WatcherId, XdsClient,
+    Action, AdsRequest, Code, DeltaRequest, ErrorKind, Event, Notification, ResourceSnapshot,
+    ResourceStatusKind, ServerId, Status, StreamId, WatchChecker, WatchError, WatchEvent, WatcherId,
+    XdsClient,
     XdsClientConfig, XdsError,
 };
 pub use resource::{Cds, DecodeError, Eds, Lds, Rds, ResourceValue, XdsResourceType};
