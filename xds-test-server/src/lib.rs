@@ -39,15 +39,21 @@
 pub mod channel_suite;
 mod codec;
 pub mod config_suite;
+mod delta;
 pub mod demo;
 pub mod echo;
 pub mod proxy;
 pub mod recorder;
 pub mod resources;
 mod server;
+mod session;
+mod sotw;
 pub mod suite;
 #[cfg(feature = "tls")]
 pub mod tls;
 
+pub use delta::DeltaQuirks;
 pub use proxy::FaultProxy;
-pub use server::{LoopbackServer, RecordedRequest, RequestKind, ServerStats};
+pub use server::{
+    DeltaFields, LoopbackServer, RecordedRequest, RecordedResponse, RequestKind, ServerStats,
+};
