@@ -14,8 +14,8 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use serde_json::{Map, Number, Value};
 use xds_proto_core::Bootstrap;
 use xds_proto_core::bootstrap::{
-    AuthorityConfig, CertificateProviderConfig, ChannelCredentials, LocalityConfig, NodeConfig,
-    ServerConfig, ServerFeatures, TlsCredentials,
+    ApiType, AuthorityConfig, CertificateProviderConfig, ChannelCredentials, LocalityConfig,
+    NodeConfig, ServerConfig, ServerFeatures, TlsCredentials,
 };
 use xds_proto_core::client::{Action, WatcherId};
 use xds_proto_tests::sim::bootstrap_json;
@@ -80,6 +80,11 @@ fn server(g: &mut Gen) -> ServerConfig {
             fail_on_data_errors: bool::arbitrary(g),
             resource_timer_is_transient_error: bool::arbitrary(g),
             trusted_xds_server: bool::arbitrary(g),
+        },
+        api_type: if bool::arbitrary(g) {
+            ApiType::Delta
+        } else {
+            ApiType::Sotw
         },
     }
 }

@@ -28,11 +28,11 @@ pub mod resource;
 pub mod selector;
 pub mod time;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{ApiType, Bootstrap};
 pub use client::{
-    Action, AdsRequest, Code, ErrorKind, Event, Notification, ResourceSnapshot, ResourceStatusKind,
-    ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient, XdsClientConfig,
-    XdsError,
+    Action, AdsRequest, Code, DeltaRequest, ErrorKind, Event, Notification, ResourceSnapshot,
+    ResourceStatusKind, ServerId, Status, StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
+    XdsClientConfig, XdsError,
 };
 pub use resource::{Cds, DecodeError, Eds, Lds, Rds, ResourceValue, XdsResourceType};
 pub use time::Instant;

@@ -1,6 +1,6 @@
 //! Serializes a parsed [`Bootstrap`] back to the JSON the parser reads, so properties
 //! and fuzzers can check `parse(serialize(b)) == b`. Only what the parser keeps is
-//! written: the chosen channel credentials, the recognised server features.
+//! written: the chosen channel credentials, the recognised server features, the API type.
 
 use serde_json::{Map, Value, json};
 use xds_proto_core::Bootstrap;
@@ -45,7 +45,13 @@ fn server(s: &ServerConfig) -> Value {
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
     .collect();
-    json!({"server_uri": s.server_uri, "channel_creds": [creds], "server_features": features})
+    let mut server =
+        json!({"server_uri": s.server_uri, "channel_creds": [creds], "server_features": features});
+    // The default is written only sometimes: absent and explicit must parse the same.
+    if s.is_delta() || s.server_uri.len() % 2 == 0 {
+        server["api_type"] = json!(s.api_type.as_str());
+    }
+    server
 }
 
 /// The JSON text of `b`.

@@ -77,6 +77,48 @@ pub struct ServerConfig {
     pub channel_creds: ChannelCredentials,
     /// The recognised entries of the server's `server_features`.
     pub server_features: ServerFeatures,
+    /// Which ADS variant to speak to it (`api_type`): state of the world by default,
+    /// or delta (incremental). Part of the server's identity: the same URI with two
+    /// variants is two servers.
+    pub api_type: ApiType,
+}
+
+/// The ADS variant spoken to a server, named as Envoy's `ApiConfigSource.ApiType`
+/// names it in a bootstrap entry's `api_type` field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ApiType {
+    /// `AGGREGATED_GRPC`: `StreamAggregatedResources`, state of the world (the default).
+    #[default]
+    Sotw,
+    /// `AGGREGATED_DELTA_GRPC`: `DeltaAggregatedResources`, incremental xDS.
+    Delta,
+}
+
+impl ApiType {
+    /// The bootstrap's name of the variant.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiType::Sotw => "AGGREGATED_GRPC",
+            ApiType::Delta => "AGGREGATED_DELTA_GRPC",
+        }
+    }
+
+    /// The variant a bootstrap names, if it is one the client speaks.
+    pub fn from_name(name: &str) -> Option<ApiType> {
+        match name {
+            "AGGREGATED_GRPC" => Some(ApiType::Sotw),
+            "AGGREGATED_DELTA_GRPC" => Some(ApiType::Delta),
+            _ => None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Whether the client speaks delta (incremental) xDS to this server.
+    pub fn is_delta(&self) -> bool {
+        self.api_type == ApiType::Delta
+    }
 }
 
 /// The channel credentials to use for an xDS server.

@@ -1,7 +1,8 @@
 //! The `xds_servers` entries: each server's URI (a gRPC target the transport can dial,
 //! checked here so that a bad one fails the bootstrap instead of every connection
 //! attempt), its channel credentials (the first supported `channel_creds` type; TLS
-//! with its certificate files and refresh interval) and its `server_features`.
+//! with its certificate files and refresh interval), its `server_features` and its
+//! `api_type` (state of the world or delta).
 
 use std::net::Ipv6Addr;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use super::json::{
     opt_string, quote, required_string,
 };
 use super::{
-    BootstrapError, BootstrapErrorKind, ChannelCredentials, ServerConfig, ServerFeatures,
+    ApiType, BootstrapError, BootstrapErrorKind, ChannelCredentials, ServerConfig, ServerFeatures,
     TlsCredentials,
 };
 
@@ -50,10 +51,30 @@ fn parse_server(value: &Value, path: &str) -> Result<ServerConfig, BootstrapErro
         None => ServerFeatures::default(),
         Some(v) => parse_server_features(v, &child(path, "server_features"))?,
     };
+    let api_type = match obj.get("api_type") {
+        None => ApiType::default(),
+        Some(v) => parse_api_type(v, &child(path, "api_type"))?,
+    };
     Ok(ServerConfig {
         server_uri,
         channel_creds,
         server_features,
+        api_type,
+    })
+}
+
+/// `api_type`: one of the ADS variants, by Envoy's `ApiConfigSource.ApiType` name.
+fn parse_api_type(value: &Value, path: &str) -> Result<ApiType, BootstrapError> {
+    let name = as_string(value, path)?;
+    ApiType::from_name(name).ok_or_else(|| {
+        BootstrapError::new(
+            path,
+            BootstrapErrorKind::Invalid(format!(
+                "unsupported API type {}: expected \"AGGREGATED_GRPC\" (state of the world) \
+                 or \"AGGREGATED_DELTA_GRPC\" (delta)",
+                quote(name)
+            )),
+        )
     })
 }
 

@@ -31,6 +31,7 @@ fn insecure(uri: &str) -> ServerConfig {
         server_uri: uri.to_owned(),
         channel_creds: ChannelCredentials::Insecure,
         server_features: ServerFeatures::default(),
+        api_type: ApiType::Sotw,
     }
 }
 
@@ -133,6 +134,7 @@ fn full_bootstrap_parses_every_field() {
                     resource_timer_is_transient_error: false,
                     trusted_xds_server: true,
                 },
+                api_type: ApiType::Sotw,
             },
             ServerConfig {
                 server_uri: "fallback.example:443".into(),
@@ -143,6 +145,7 @@ fn full_bootstrap_parses_every_field() {
                     resource_timer_is_transient_error: true,
                     trusted_xds_server: false,
                 },
+                api_type: ApiType::Sotw,
             },
         ],
         node: NodeConfig {
@@ -283,6 +286,47 @@ fn channel_creds_first_supported_type_wins() {
         let b = parse(with_creds(creds.clone())).unwrap_or_else(|e| panic!("{creds}: {e}"));
         assert_eq!(b.xds_servers[0].channel_creds, expected, "{creds}");
     }
+}
+
+#[test]
+fn api_type_chooses_sotw_or_delta_and_anything_else_names_the_field() {
+    let server = |api_type: Value| {
+        with_server(json!({
+            "server_uri": "s", "channel_creds": [{"type": "insecure"}], "api_type": api_type
+        }))
+    };
+    let b = parse(with_creds(json!([{"type": "insecure"}]))).unwrap();
+    assert_eq!(b.xds_servers[0].api_type, ApiType::Sotw);
+    assert!(!b.xds_servers[0].is_delta());
+    let b = parse(server(json!("AGGREGATED_GRPC"))).unwrap();
+    assert_eq!(b.xds_servers[0].api_type, ApiType::Sotw);
+    let b = parse(server(json!("AGGREGATED_DELTA_GRPC"))).unwrap();
+    assert!(b.xds_servers[0].is_delta());
+    assert_eq!(
+        err(server(json!("DELTA_GRPC"))),
+        "xds_servers[0].api_type: unsupported API type \"DELTA_GRPC\": expected \
+         \"AGGREGATED_GRPC\" (state of the world) or \"AGGREGATED_DELTA_GRPC\" (delta)"
+    );
+    assert_eq!(
+        err(server(json!(true))),
+        "xds_servers[0].api_type: expected string, got boolean"
+    );
+    // Inside an authority, the path says which list.
+    let e = parse(json!({
+        "xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}]}],
+        "authorities": {"a": {"xds_servers": [
+            {"server_uri": "s", "channel_creds": [{"type": "insecure"}], "api_type": 1}
+        ]}}
+    }))
+    .unwrap_err();
+    assert_eq!(e.path, "authorities[\"a\"].xds_servers[0].api_type");
+    // The variant is part of the server's identity.
+    let sotw = parse(server(json!("AGGREGATED_GRPC"))).unwrap().xds_servers[0].clone();
+    let delta = parse(server(json!("AGGREGATED_DELTA_GRPC")))
+        .unwrap()
+        .xds_servers[0]
+        .clone();
+    assert_ne!(sotw, delta);
 }
 
 #[test]

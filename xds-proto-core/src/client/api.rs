@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::delta_request::DeltaRequest;
 use super::request::AdsRequest;
 use super::{Status, XdsError};
 use crate::backoff::BackoffConfig;
@@ -162,11 +163,13 @@ pub enum Event {
         /// The stream.
         stream: StreamId,
     },
-    /// A `DiscoveryResponse` arrived, as raw bytes.
+    /// A response arrived, as raw bytes.
     ResponseReceived {
         /// The stream.
         stream: StreamId,
-        /// The serialized `envoy.service.discovery.v3.DiscoveryResponse`.
+        /// The serialized `envoy.service.discovery.v3.DiscoveryResponse`, or on a delta
+        /// stream (a server whose [`ServerConfig::is_delta`]) the serialized
+        /// `DeltaDiscoveryResponse`.
         bytes: Bytes,
     },
     /// The stream ended with this status. Not needed after [`Action::CloseStream`]: the
@@ -190,7 +193,8 @@ pub enum Event {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Open an ADS stream (`StreamAggregatedResources`) to this server.
+    /// Open an ADS stream to this server: `StreamAggregatedResources`, or
+    /// `DeltaAggregatedResources` when [`ServerConfig::is_delta`] (`config.api_type`).
     StartStream {
         /// The server.
         server: ServerId,
@@ -206,6 +210,14 @@ pub enum Action {
         stream: StreamId,
         /// The request (boxed: it is the largest action by far).
         request: Box<AdsRequest>,
+    },
+    /// Send this delta request on the (delta) stream, after the ones before it. Report
+    /// [`Event::RequestSent`] when the transport has taken it.
+    SendDeltaRequest {
+        /// The stream.
+        stream: StreamId,
+        /// The request.
+        request: Box<DeltaRequest>,
     },
     /// Close the stream (half-close and drop it). No event is expected for it.
     CloseStream {

@@ -32,6 +32,7 @@ mod api;
 mod authority;
 mod cache;
 mod csds;
+mod delta_request;
 mod envelope;
 mod failure;
 mod request;
@@ -55,6 +56,7 @@ pub use self::api::{
     Event, MAX_NACK_DETAIL_BYTES, Notification, ResourceSnapshot, ResourceStatusKind, ServerId,
     StreamId, UpdateFailure, WatchError, WatchEvent, WatcherId, XdsClientConfig,
 };
+pub use self::delta_request::DeltaRequest;
 pub use self::request::AdsRequest;
 pub use self::status::{Code, ErrorKind, Status, XdsError};
 

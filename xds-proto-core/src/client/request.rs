@@ -92,7 +92,7 @@ impl AdsRequest {
 }
 
 /// The wire length of a singular string field (omitted when empty, as proto3 does).
-fn str_field_len(tag: u32, value: &str) -> usize {
+pub(super) fn str_field_len(tag: u32, value: &str) -> usize {
     use prost::encoding::{encoded_len_varint, key_len};
     if value.is_empty() {
         0
@@ -102,7 +102,7 @@ fn str_field_len(tag: u32, value: &str) -> usize {
 }
 
 /// Writes a singular string field (nothing when empty, as proto3 does).
-fn put_str_field(tag: u32, value: &str, buf: &mut impl bytes::BufMut) {
+pub(super) fn put_str_field(tag: u32, value: &str, buf: &mut impl bytes::BufMut) {
     use prost::encoding::{WireType, encode_key, encode_varint};
     if !value.is_empty() {
         encode_key(tag, WireType::LengthDelimited, buf);
