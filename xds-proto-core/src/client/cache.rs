@@ -14,6 +14,7 @@ use super::{
     WatcherId, XdsError,
 };
 use crate::DetHashMap as HashMap;
+use crate::bootstrap::ServerConfig;
 use crate::metrics::CacheState;
 use crate::resource::ResourceValue;
 use crate::time::Instant;
@@ -23,8 +24,12 @@ use crate::time::Instant;
 pub(super) struct Cached {
     pub(super) value: ResourceValue,
     pub(super) raw: Bytes,
+    /// The version it came with: the response's (SotW) or the resource's own (delta).
     pub(super) version: Arc<str>,
     pub(super) updated: Instant,
+    /// The server that sent it (its index): only that server is told its version in a
+    /// delta stream's `initial_resource_versions`.
+    pub(super) source: usize,
 }
 
 /// One watched resource.
@@ -117,6 +122,13 @@ impl ResourceEntry {
         }
     }
 
+    /// The version a delta stream to `server` may announce for it in
+    /// `initial_resource_versions`: a value that server sent and has not deleted.
+    pub(super) fn version_from(&self, server: usize) -> Option<&Arc<str>> {
+        let cached = self.cached.as_ref()?;
+        (cached.source == server && self.does_not_exist.is_none()).then_some(&cached.version)
+    }
+
     /// The CSDS view of it.
     pub(super) fn snapshot(&self, type_url: &'static str) -> ResourceSnapshot {
         ResourceSnapshot {
@@ -179,6 +191,51 @@ impl ResourceEntry {
         self.notify_all(actions, type_url, event);
     }
 
+    /// The server deleted it (a SotW LDS/CDS response omitted it, or a delta response
+    /// removed it): a data error (A88), reported once. Cached, the value is kept and
+    /// the watchers get an ambient NOT_FOUND (CSDS: DOES_NOT_EXIST with the cached
+    /// config), or under `fail_on_data_errors` it is dropped; uncached, it does not
+    /// exist, at once. The deprecated `ignore_resource_deletion` (A53) changes nothing.
+    pub(super) fn delete(
+        &mut self,
+        actions: &mut VecDeque<Action>,
+        type_url: &'static str,
+        server: &ServerConfig,
+        version: &str,
+        now: Instant,
+    ) {
+        if self.does_not_exist.is_some() {
+            return; // reported once, not on every response that omits it
+        }
+        let uri = &server.server_uri;
+        let drop_cached = server.server_features.fail_on_data_errors && self.cached.is_some();
+        tracing::trace!(name = %self.name, drop_cached, "resource deleted by the server");
+        let error = if drop_cached {
+            let why = format!("xDS server {uri:?} removed it (fail_on_data_errors)");
+            XdsError::does_not_exist(type_url, &self.name, &why)
+        } else if self.cached.is_none() {
+            XdsError::does_not_exist(
+                type_url,
+                &self.name,
+                &format!("xDS server {uri:?} removed it"),
+            )
+        } else {
+            XdsError::deletion_ignored(type_url, &self.name, uri)
+        };
+        if drop_cached || self.cached.is_none() {
+            // Nothing is left of it: no earlier NACK or server error stands.
+            self.nack = None;
+            self.server_error = None;
+            self.timed_out = false;
+        }
+        self.does_not_exist = Some(UpdateFailure {
+            details: error.status.message.clone(),
+            version: version.to_string(),
+            at: now,
+        });
+        self.fail(actions, type_url, error, drop_cached);
+    }
+
     /// Tells the watchers of a connectivity error of the server serving it: ambient
     /// when cached in the A71 sense (a value, or known not to exist).
     pub(super) fn notify_connectivity(
@@ -198,15 +255,16 @@ impl ResourceEntry {
         self.notify_all(actions, type_url, event);
     }
 
-    /// A valid copy arrived (`update` is `None` when its bytes are the cached ones):
-    /// every error clears, and the watchers hear of the value if it changed; if not,
-    /// those that hold an ambient error hear the value again, as the error cleared.
+    /// A valid copy arrived from server `source` (`update` is `None` when its bytes are
+    /// the cached ones): every error clears, and the watchers hear of the value if it
+    /// changed; if not, those that hold an ambient error hear the value again, as the
+    /// error cleared.
     pub(super) fn fill(
         &mut self,
         actions: &mut VecDeque<Action>,
         type_url: &'static str,
         update: Option<(ResourceValue, Bytes)>,
-        version: &Arc<str>,
+        (version, source): (&Arc<str>, usize),
         now: Instant,
     ) {
         self.nack = None;
@@ -229,6 +287,7 @@ impl ResourceEntry {
         };
         if let Some(c) = unchanged {
             c.version = version.clone();
+            c.source = source;
             for watcher in cleared {
                 actions.push_back(Action::Notify(Notification {
                     watcher,
@@ -247,6 +306,7 @@ impl ResourceEntry {
             raw: Bytes::copy_from_slice(&raw),
             version: version.clone(),
             updated: now,
+            source,
         });
         self.notify_all(actions, type_url, WatchEvent::Changed(Ok(value)));
     }

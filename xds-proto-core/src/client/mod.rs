@@ -14,8 +14,10 @@
 //! concern:
 //! - `api`: the public types (ids, [`Event`], [`Action`], [`Notification`], config);
 //! - `status`: [`Code`], [`Status`], [`XdsError`] and one constructor per failure;
-//! - `request`: [`AdsRequest`] and its wire encoding; `envelope`: the lite
-//!   `DiscoveryResponse` decoder;
+//! - `request`: [`AdsRequest`] and its wire encoding; `delta_request`:
+//!   [`DeltaRequest`] and its wire encoding; `envelope`: the lite `DiscoveryResponse` and
+//!   `DeltaDiscoveryResponse` decoders;
+//! - `delta`: delta xDS (building delta requests, applying delta responses);
 //! - `timer`: the `TimerTable` of every deadline;
 //! - `cache`: the resource tables and entries (fill, fail, notify, timers armed);
 //! - `server`: a server's subscriptions and its stream's state, building requests;
@@ -32,6 +34,7 @@ mod api;
 mod authority;
 mod cache;
 mod csds;
+mod delta;
 mod delta_request;
 mod envelope;
 mod failure;

@@ -23,20 +23,20 @@ use crate::resource::{self, ResourceTypeInfo, ResourceValue};
 use crate::time::Instant;
 
 /// The response being applied, as every phase needs it.
-struct ResponseContext {
-    server: usize,
-    t: TypeIdx,
-    type_url: &'static str,
-    config: Arc<ServerConfig>,
-    version_info: String,
-    version: Arc<str>,
+pub(super) struct ResponseContext {
+    pub(super) server: usize,
+    pub(super) t: TypeIdx,
+    pub(super) type_url: &'static str,
+    pub(super) config: Arc<ServerConfig>,
+    pub(super) version_info: String,
+    pub(super) version: Arc<str>,
     /// The response's number (see `ResourceEntry::seen_in`).
-    stamp: u64,
-    now: Instant,
+    pub(super) stamp: u64,
+    pub(super) now: Instant,
 }
 
 /// What a response says about one named resource.
-enum Outcome {
+pub(super) enum Outcome {
     /// The same bytes as cached (found without decoding).
     Unchanged,
     /// Decoded and valid; may still equal the cached value.
@@ -55,18 +55,20 @@ enum Seen {
 
 /// The response's items once decoded, and what was wrong with them.
 #[derive(Default)]
-struct Decoded {
+pub(super) struct Decoded {
     /// Every named resource in order: watched ones by slot (each entry stamped with
     /// this response and its item), others with no slot.
-    items: Vec<(Option<Slot>, Outcome)>,
+    pub(super) items: Vec<(Option<Slot>, Outcome)>,
+    /// Delta: each item's own version (SotW items take the response's).
+    pub(super) versions: Vec<Arc<str>>,
     /// The unwatched names and their item, only to find duplicates.
     unwatched: HashMap<String, usize>,
     /// The NACK's reasons.
-    errors: Vec<String>,
+    pub(super) errors: Vec<String>,
     /// A resource failed before its name was known: deletions cannot be told apart.
     unnamed_error: bool,
     /// Resources that decoded and validated (A78); the others were invalid.
-    valid: u64,
+    pub(super) valid: u64,
 }
 
 impl XdsClient {
@@ -74,34 +76,16 @@ impl XdsClient {
         let Some(server) = self.server_of_stream(stream_id) else {
             return;
         };
+        if self.servers[server].config.is_delta() {
+            self.on_delta_response(server, stream_id, bytes, now);
+            return;
+        }
         let response = match envelope::decode(bytes) {
             Ok(r) => r,
-            Err(e) => {
-                // Not a DiscoveryResponse at all: the stream is unusable, as gRPC treats a
-                // message it cannot parse.
-                tracing::warn!(
-                    server = %self.servers[server].config.server_uri,
-                    stream = %stream_id,
-                    error = %e,
-                    "undecodable DiscoveryResponse; closing the stream"
-                );
-                self.actions
-                    .push_back(Action::CloseStream { stream: stream_id });
-                let status = Status::new(
-                    Code::INTERNAL,
-                    format!("failed to decode DiscoveryResponse: {e}"),
-                );
-                self.on_stream_closed(server, status, now);
-                return;
-            }
+            Err(e) => return self.undecodable(server, stream_id, "DiscoveryResponse", &e, now),
         };
-        self.mark_connected(server, now);
-        let srv = &mut self.servers[server];
-        if let Some(stream) = srv.stream.as_mut() {
-            stream.saw_response = true;
-        }
         tracing::debug!(
-            server = %srv.config.server_uri,
+            server = %self.servers[server].config.server_uri,
             stream = %stream_id,
             type_url = %response.type_url,
             version = %response.version_info,
@@ -110,20 +94,59 @@ impl XdsClient {
             resource_errors = response.resource_errors.len(),
             "response received"
         );
-        self.set_healthy(server);
-        let Some(t) = self.type_index(&response.type_url) else {
-            return; // a type this client does not know: ignored, as gRPC does
-        };
-        let Some(stream) = self.servers[server].stream.as_mut() else {
+        let Some(t) = self.accept_response(server, &response.type_url, &response.nonce, now) else {
             return;
         };
-        if !stream.types[t].ever_sent {
-            return; // never requested on this stream: an ACK would subscribe to a wildcard
-        }
-        stream.types[t].nonce = response.nonce.clone();
         let outcome = self.apply_response(server, t, response, now);
         self.servers[server].record_outcome(t, outcome);
         self.pump(server);
+    }
+
+    /// A response that is no message of its kind (`what`): the stream is unusable, as
+    /// gRPC treats a message it cannot parse.
+    pub(super) fn undecodable(
+        &mut self,
+        server: usize,
+        stream_id: StreamId,
+        what: &str,
+        error: &str,
+        now: Instant,
+    ) {
+        tracing::warn!(
+            server = %self.servers[server].config.server_uri,
+            stream = %stream_id,
+            %error,
+            "undecodable {what}; closing the stream"
+        );
+        self.actions
+            .push_back(Action::CloseStream { stream: stream_id });
+        let status = Status::new(Code::INTERNAL, format!("failed to decode {what}: {error}"));
+        self.on_stream_closed(server, status, now);
+    }
+
+    /// A response of `type_url` arrived on `server`'s stream: the stream is connected
+    /// and the server healthy (A57, A71). Returns the type to apply it to, or `None`
+    /// for a type this client does not know or never requested on this stream (an ACK
+    /// would subscribe a wildcard); records the nonce to (N)ACK.
+    pub(super) fn accept_response(
+        &mut self,
+        server: usize,
+        type_url: &str,
+        nonce: &str,
+        now: Instant,
+    ) -> Option<TypeIdx> {
+        self.mark_connected(server, now);
+        if let Some(stream) = self.servers[server].stream.as_mut() {
+            stream.saw_response = true;
+        }
+        self.set_healthy(server);
+        let t = self.type_index(type_url)?; // unknown: ignored, as gRPC does
+        let stream = self.servers[server].stream.as_mut()?;
+        if !stream.types[t].ever_sent {
+            return None;
+        }
+        stream.types[t].nonce = nonce.to_string();
+        Some(t)
     }
 
     /// Validates and applies one response. Returns the version to ACK, or the NACK's
@@ -149,7 +172,7 @@ impl XdsClient {
         let count = response.resources.len();
         let mut decoded = self.decode_items(&cx, response.resources);
         let server_errors = self.check_resource_errors(&cx, response.resource_errors, &mut decoded);
-        let present_here = self.apply_items(&cx, std::mem::take(&mut decoded.items));
+        let present_here = self.apply_items(&cx, &mut decoded);
         self.apply_server_errors(&cx, &server_errors);
         if self.types[t].all_resources_required_in_sotw() && !decoded.unnamed_error {
             self.apply_deletions(&cx, present_here, &server_errors);
@@ -214,7 +237,7 @@ impl XdsClient {
     }
 
     /// Checks the TP3 `resource_errors`; returns the valid ones by name.
-    fn check_resource_errors(
+    pub(super) fn check_resource_errors(
         &self,
         cx: &ResponseContext,
         resource_errors: Vec<discovery::ResourceError>,
@@ -256,12 +279,14 @@ impl XdsClient {
     /// Applies the items to the watched resources this server serves: new values are
     /// cached and told, invalid ones NACKed, and their does-not-exist timers stop.
     /// Returns how many watched resources of this server the response named.
-    fn apply_items(&mut self, cx: &ResponseContext, items: Vec<(Option<Slot>, Outcome)>) -> usize {
+    pub(super) fn apply_items(&mut self, cx: &ResponseContext, decoded: &mut Decoded) -> usize {
+        let items = std::mem::take(&mut decoded.items);
+        let versions = std::mem::take(&mut decoded.versions);
         let table = &mut self.resources[cx.t];
         // Does-not-exist timers of the resources received, cancelled after the loop.
         let mut cancelled = Vec::new();
         let mut present_here = 0usize;
-        for (slot, outcome) in items {
+        for (k, (slot, outcome)) in items.into_iter().enumerate() {
             let Some(entry) = slot.and_then(|slot| table.at_mut(slot)) else {
                 continue; // not subscribed: ignored
             };
@@ -302,14 +327,20 @@ impl XdsClient {
                 Outcome::Unchanged => None,
                 Outcome::Changed(value, raw) => Some((value, raw)),
             };
-            entry.fill(&mut self.actions, cx.type_url, update, &cx.version, cx.now);
+            let version = versions.get(k).unwrap_or(&cx.version);
+            let source = (version, cx.server);
+            entry.fill(&mut self.actions, cx.type_url, update, source, cx.now);
         }
         self.timers.cancel_all(&cancelled);
         present_here
     }
 
     /// Applies the server-reported errors (TP3) to the resources this server serves.
-    fn apply_server_errors(&mut self, cx: &ResponseContext, server_errors: &[(Arc<str>, Status)]) {
+    pub(super) fn apply_server_errors(
+        &mut self,
+        cx: &ResponseContext,
+        server_errors: &[(Arc<str>, Status)],
+    ) {
         let features = cx.config.server_features;
         let table = &mut self.resources[cx.t];
         for (name, status) in server_errors {
@@ -364,8 +395,6 @@ impl XdsClient {
             })
             .cloned()
             .collect();
-        let features = cx.config.server_features;
-        let uri = &cx.config.server_uri;
         for name in missing {
             let Some(entry) = table.get_mut(&name) else {
                 continue;
@@ -376,27 +405,13 @@ impl XdsClient {
             {
                 continue; // uncached: the timer decides; TP3 error: counts as present
             }
-            // A88: a deletion drops the resource only under fail_on_data_errors; by
-            // default it is ignored (the value kept, CSDS says DOES_NOT_EXIST). The
-            // deprecated ignore_resource_deletion (A53) no longer changes this.
-            if entry.does_not_exist.is_some() {
-                continue; // reported once, not on every response that omits it
-            }
-            let drop_cached = features.fail_on_data_errors;
-            tracing::trace!(name = %name, drop_cached, "resource deleted by the server");
-            let error = if drop_cached {
-                let why = format!("xDS server {uri:?} removed it (fail_on_data_errors)");
-                entry.nack = None;
-                XdsError::does_not_exist(cx.type_url, &name, &why)
-            } else {
-                XdsError::deletion_ignored(cx.type_url, &name, uri)
-            };
-            entry.does_not_exist = Some(UpdateFailure {
-                details: error.status.message.clone(),
-                version: cx.version_info.clone(),
-                at: cx.now,
-            });
-            entry.fail(&mut self.actions, cx.type_url, error, drop_cached);
+            entry.delete(
+                &mut self.actions,
+                cx.type_url,
+                &cx.config,
+                &cx.version_info,
+                cx.now,
+            );
         }
     }
 }
@@ -404,7 +419,7 @@ impl XdsClient {
 impl Decoded {
     /// Records the decoded (or rejected) resource at position `i`; returns its slot
     /// for the next response's fast path, `None` unless it was valid and watched.
-    fn note(
+    pub(super) fn note(
         &mut self,
         table: &mut ResourceTable,
         i: usize,
@@ -469,7 +484,7 @@ impl Decoded {
     }
 
     /// The item a name had in this response, if any.
-    fn item_of(&self, table: &ResourceTable, name: &str, stamp: u64) -> Option<usize> {
+    pub(super) fn item_of(&self, table: &ResourceTable, name: &str, stamp: u64) -> Option<usize> {
         match table.get(name) {
             Some(e) => (e.seen_in == stamp).then_some(e.seen_at as usize),
             None => self.unwatched.get(name).copied(),
@@ -512,7 +527,7 @@ fn decode_one(
 }
 
 /// Decodes one unwrapped resource whose type URL was checked (`type_matches`).
-fn decode_payload(
+pub(super) fn decode_payload(
     ty: &ResourceTypeInfo,
     any: envelope::Any,
     type_matches: bool,
@@ -529,7 +544,7 @@ fn decode_payload(
 }
 
 /// The canonical spelling of a name a server sent (xdstp context parameters sorted).
-fn canonical_name(name: String) -> String {
+pub(super) fn canonical_name(name: String) -> String {
     if !name.starts_with("xdstp:") {
         return name;
     }
@@ -540,7 +555,7 @@ fn canonical_name(name: String) -> String {
 }
 
 /// Joins NACK reasons, keeping the result under [`MAX_NACK_DETAIL_BYTES`].
-fn nack_detail(errors: &[String]) -> String {
+pub(super) fn nack_detail(errors: &[String]) -> String {
     let mut out = String::new();
     for (i, e) in errors.iter().enumerate() {
         let sep = if out.is_empty() { "" } else { "; " };

@@ -1,13 +1,14 @@
 //! One xDS server in use: its [`ServerState`] (subscriptions and accepted version per
 //! type, backoff, standing error, A78 counters) and its open ADS stream
 //! ([`StreamState`]: nonces, pending NACKs, which type to send next, the request in
-//! flight). Building the next request is theirs; the client decides when.
+//! flight). Building the next request is theirs (the delta one in `delta.rs`); the
+//! client decides when.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::cache::Slot;
-use super::{AdsRequest, Code, StreamId, TypeIdx, XdsError};
+use super::{AdsRequest, Code, DeltaRequest, StreamId, TypeIdx, XdsError};
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::bootstrap::ServerConfig;
 use crate::pb::envoy::config::core::v3::Node;
@@ -44,6 +45,20 @@ pub(super) struct StreamTypeState {
     /// Names subscribed on this stream since the last request of this type was emitted:
     /// the next request is their subscribing message, which starts their timers.
     pub(super) new_names: Vec<Arc<str>>,
+    /// Delta: names the server was told to track and that are no longer subscribed,
+    /// for the next request's `resource_names_unsubscribe`.
+    pub(super) unsubscribe: Vec<Arc<str>>,
+    /// Delta: a response is waiting for its ACK or NACK (its nonce is `nonce`).
+    pub(super) ack_due: bool,
+    /// Delta: the versions of the cached resources, for the first request of a type on
+    /// a new stream (`initial_resource_versions`).
+    pub(super) initial_versions: Vec<(Arc<str>, Arc<str>)>,
+}
+
+/// A request of either variant, as the server's stream speaks it.
+pub(super) enum Request {
+    Sotw(AdsRequest),
+    Delta(DeltaRequest),
 }
 
 /// The request emitted and not yet reported sent, and the names it subscribes.
@@ -163,7 +178,11 @@ impl ServerState {
         }
         self.types[t].names = None;
         if let Some(stream) = &mut self.stream {
-            stream.types[t].new_names.push(name.clone());
+            let ts = &mut stream.types[t];
+            ts.new_names.push(name.clone());
+            // Unsubscribed and subscribed again before the change went out: the
+            // subscribe alone is sent, and the server must send the resource again.
+            ts.unsubscribe.retain(|n| n != name);
         }
         true
     }
@@ -177,8 +196,16 @@ impl ServerState {
             return;
         }
         self.types[t].names = None;
+        let delta = self.config.is_delta();
         if let Some(stream) = &mut self.stream {
-            stream.types[t].new_names.retain(|n| n != name);
+            let ts = &mut stream.types[t];
+            let pending = ts.new_names.len();
+            ts.new_names.retain(|n| n != name);
+            ts.initial_versions.retain(|(n, _)| n != name);
+            // Delta: a name whose subscribe went out is told to the server as gone.
+            if delta && ts.new_names.len() == pending {
+                ts.unsubscribe.push(name.clone());
+            }
             if let Some(in_flight) = &mut stream.in_flight
                 && in_flight.type_idx == t
             {
@@ -216,6 +243,20 @@ impl ServerState {
 
     /// The next request of the open stream, unless one is in flight or none is due.
     pub(super) fn next_request(
+        &mut self,
+        node: &Node,
+        types: &[ResourceTypeInfo],
+    ) -> Option<(StreamId, Request)> {
+        if self.config.is_delta() {
+            return self
+                .next_delta_request(node, types)
+                .map(|(id, r)| (id, Request::Delta(r)));
+        }
+        self.next_sotw_request(node, types)
+            .map(|(id, r)| (id, Request::Sotw(r)))
+    }
+
+    fn next_sotw_request(
         &mut self,
         node: &Node,
         types: &[ResourceTypeInfo],
@@ -279,6 +320,7 @@ impl ServerState {
             }
             Err(detail) => stream.types[t].nack = Some(detail),
         }
+        stream.types[t].ack_due = true;
         stream.mark_dirty(t);
     }
 

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use super::server::Request;
 use super::timer::TimerKey;
-use super::{Action, ServerId, StreamId, TypeIdx, XdsClient};
+use super::{Action, AdsRequest, DeltaRequest, ServerId, StreamId, TypeIdx, XdsClient};
 use crate::time::Instant;
 
 impl XdsClient {
@@ -31,12 +32,16 @@ impl XdsClient {
         let id = StreamId(self.next_stream);
         self.next_stream += 1;
         srv.open_stream(id, self.types.len());
-        tracing::debug!(server = %srv.config.server_uri, stream = %id, "ADS stream starting");
+        let delta = srv.config.is_delta();
+        tracing::debug!(server = %srv.config.server_uri, stream = %id, delta, "ADS stream starting");
         self.actions.push_back(Action::StartStream {
             server: ServerId(server),
             config: srv.config.clone(),
             stream: id,
         });
+        if delta {
+            self.set_initial_versions(server);
+        }
         self.pump(server);
     }
 
@@ -47,30 +52,23 @@ impl XdsClient {
             return;
         };
         let server_uri = &srv.config.server_uri;
-        match &request.error_detail {
-            Some(detail) => tracing::warn!(
-                server = %server_uri,
-                %stream,
-                type_url = request.type_url,
-                version = %request.version_info,
-                nonce = %request.response_nonce,
-                detail = %detail.message,
-                "sending NACK"
-            ),
-            None => tracing::debug!(
-                server = %server_uri,
-                %stream,
-                type_url = request.type_url,
-                version = %request.version_info,
-                nonce = %request.response_nonce,
-                resources = request.resource_names.len(),
-                "sending request"
-            ),
-        }
-        self.actions.push_back(Action::SendRequest {
-            stream,
-            request: Box::new(request),
-        });
+        let action = match request {
+            Request::Sotw(request) => {
+                log_request(server_uri, stream, &request);
+                Action::SendRequest {
+                    stream,
+                    request: Box::new(request),
+                }
+            }
+            Request::Delta(request) => {
+                log_delta_request(server_uri, stream, &request);
+                Action::SendDeltaRequest {
+                    stream,
+                    request: Box::new(request),
+                }
+            }
+        };
+        self.actions.push_back(action);
     }
 
     pub(super) fn on_request_sent(&mut self, stream_id: StreamId, now: Instant) {
@@ -108,5 +106,51 @@ impl XdsClient {
         for (t, name) in waiting {
             self.start_resource_timer(server, t, &name, now);
         }
+    }
+}
+
+fn log_request(server_uri: &str, stream: StreamId, request: &AdsRequest) {
+    match &request.error_detail {
+        Some(detail) => tracing::warn!(
+            server = %server_uri,
+            %stream,
+            type_url = request.type_url,
+            version = %request.version_info,
+            nonce = %request.response_nonce,
+            detail = %detail.message,
+            "sending NACK"
+        ),
+        None => tracing::debug!(
+            server = %server_uri,
+            %stream,
+            type_url = request.type_url,
+            version = %request.version_info,
+            nonce = %request.response_nonce,
+            resources = request.resource_names.len(),
+            "sending request"
+        ),
+    }
+}
+
+fn log_delta_request(server_uri: &str, stream: StreamId, request: &DeltaRequest) {
+    match &request.error_detail {
+        Some(detail) => tracing::warn!(
+            server = %server_uri,
+            %stream,
+            type_url = request.type_url,
+            nonce = %request.response_nonce,
+            detail = %detail.message,
+            "sending delta NACK"
+        ),
+        None => tracing::debug!(
+            server = %server_uri,
+            %stream,
+            type_url = request.type_url,
+            nonce = %request.response_nonce,
+            subscribe = request.resource_names_subscribe.len(),
+            unsubscribe = request.resource_names_unsubscribe.len(),
+            initial_versions = request.initial_resource_versions.len(),
+            "sending delta request"
+        ),
     }
 }

@@ -1,0 +1,290 @@
+//! Delta (incremental) xDS on a server whose `api_type` asks for it: building each
+//! `DeltaDiscoveryRequest` from the subscription changes, the pending ACK or NACK and,
+//! on a new stream, the versions of the cached resources; and applying a
+//! `DeltaDiscoveryResponse`. Everything else (subscriptions, cache, timers, A57, A71,
+//! A88/TP3, CSDS) is shared with state of the world.
+//!
+//! The rules: a type's first request on a stream is never an empty subscribe (that
+//! would be a wildcard); changes made while a request is outstanding merge into the
+//! next one; a response is (N)ACKed by its nonce and a request that is neither carries
+//! none; each resource keeps its own version; `removed_resources` is a data error
+//! (A88): a cached resource keeps its value with an ambient NOT_FOUND (dropped under
+//! `fail_on_data_errors`), an uncached one does not exist at once.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::envelope::{self, DeltaResource};
+use super::response::{Decoded, ResponseContext, canonical_name, decode_payload, nack_detail};
+use super::server::{InFlight, ServerState};
+use super::{Code, DeltaRequest, StreamId, TypeIdx, XdsClient};
+use crate::pb::envoy::config::core::v3::Node;
+use crate::resource::{self, ResourceTypeInfo, ResourceValue};
+use crate::time::Instant;
+
+impl ServerState {
+    /// The next delta request of the open stream, unless one is in flight or none is
+    /// due: a type with nothing to subscribe, unsubscribe or (N)ACK sends nothing.
+    pub(super) fn next_delta_request(
+        &mut self,
+        node: &Node,
+        types: &[ResourceTypeInfo],
+    ) -> Option<(StreamId, DeltaRequest)> {
+        let stream = self.stream.as_mut()?;
+        if stream.in_flight.is_some() {
+            return None;
+        }
+        let t = loop {
+            let t = stream.dirty_order.pop_front()?;
+            let ts = &mut stream.types[t];
+            ts.dirty = false;
+            // A type's first request names what it subscribes: an empty one would be
+            // a wildcard subscription (LDS/CDS).
+            let due = if ts.ever_sent {
+                !ts.new_names.is_empty() || !ts.unsubscribe.is_empty() || ts.ack_due
+            } else {
+                !ts.new_names.is_empty()
+            };
+            if due {
+                break t;
+            }
+            ts.unsubscribe.clear();
+            ts.initial_versions.clear();
+        };
+        let ts = &mut stream.types[t];
+        ts.ever_sent = true;
+        let mut subscribe = std::mem::take(&mut ts.new_names);
+        subscribe.sort_unstable();
+        let mut unsubscribe = std::mem::take(&mut ts.unsubscribe);
+        unsubscribe.sort_unstable();
+        let (response_nonce, error_detail) = if std::mem::take(&mut ts.ack_due) {
+            let detail = ts
+                .nack
+                .take()
+                .map(|message| crate::pb::google::rpc::Status {
+                    code: Code::INVALID_ARGUMENT.0,
+                    message,
+                    details: Vec::new(),
+                });
+            (ts.nonce.clone(), detail)
+        } else {
+            (String::new(), None)
+        };
+        let request = DeltaRequest {
+            node: (!stream.sent_node).then(|| node.clone()),
+            type_url: types[t].type_url(),
+            resource_names_subscribe: subscribe.clone(),
+            resource_names_unsubscribe: unsubscribe,
+            initial_resource_versions: std::mem::take(&mut ts.initial_versions),
+            response_nonce,
+            error_detail,
+        };
+        stream.sent_node = true;
+        stream.in_flight = Some(InFlight {
+            type_idx: t,
+            names: subscribe,
+        });
+        Some((stream.id, request))
+    }
+}
+
+impl XdsClient {
+    /// A delta stream to `server` was just opened: its first request of each type
+    /// tells the version of every resource the client holds from that server, so that
+    /// the server can skip what the client has.
+    pub(super) fn set_initial_versions(&mut self, server: usize) {
+        let srv = &mut self.servers[server];
+        let Some(stream) = srv.stream.as_mut() else {
+            return;
+        };
+        for (t, sts) in srv.types.iter().enumerate() {
+            let table = &self.resources[t];
+            stream.types[t].initial_versions = sts
+                .subscribed
+                .iter()
+                .filter_map(|name| {
+                    let version = table.get(name)?.version_from(server)?;
+                    Some((name.clone(), version.clone()))
+                })
+                .collect();
+        }
+    }
+
+    /// A message arrived on `server`'s delta stream.
+    pub(super) fn on_delta_response(
+        &mut self,
+        server: usize,
+        stream_id: StreamId,
+        bytes: Bytes,
+        now: Instant,
+    ) {
+        let response = match envelope::decode_delta(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                return self.undecodable(server, stream_id, "DeltaDiscoveryResponse", &e, now);
+            }
+        };
+        tracing::debug!(
+            server = %self.servers[server].config.server_uri,
+            stream = %stream_id,
+            type_url = %response.type_url,
+            version = %response.system_version_info,
+            nonce = %response.nonce,
+            resources = response.resources.len(),
+            removed = response.removed_resources.len() + response.removed_resource_names.len(),
+            resource_errors = response.resource_errors.len(),
+            "delta response received"
+        );
+        let Some(t) = self.accept_response(server, &response.type_url, &response.nonce, now) else {
+            return;
+        };
+        let outcome = self.apply_delta_response(server, t, response, now);
+        self.servers[server].record_outcome(t, outcome);
+        self.pump(server);
+    }
+
+    /// Validates and applies one delta response: the resources (each with its own
+    /// version), the TP3 errors, then the removals. Returns the system version to
+    /// ACK, or the NACK's error detail listing every rejected resource.
+    fn apply_delta_response(
+        &mut self,
+        server: usize,
+        t: TypeIdx,
+        response: envelope::DeltaDiscoveryResponse,
+        now: Instant,
+    ) -> Result<String, String> {
+        self.responses_applied += 1;
+        let cx = ResponseContext {
+            server,
+            t,
+            type_url: self.types[t].type_url(),
+            config: self.servers[server].config.clone(),
+            version: Arc::from(response.system_version_info.as_str()),
+            version_info: response.system_version_info,
+            stamp: self.responses_applied,
+            now,
+        };
+        let count = response.resources.len() as u64;
+        let mut decoded = self.decode_delta_items(&cx, response.resources);
+        let removed_names = response
+            .removed_resources
+            .into_iter()
+            .chain(response.removed_resource_names.into_iter().map(|r| r.name));
+        let removed = self.check_removals(&cx, removed_names, &mut decoded);
+        let server_errors = self.check_resource_errors(&cx, response.resource_errors, &mut decoded);
+        self.apply_items(&cx, &mut decoded);
+        self.apply_server_errors(&cx, &server_errors);
+        let table = &mut self.resources[t];
+        for name in removed {
+            let Some(entry) = table.get_mut(&name) else {
+                continue;
+            };
+            let authority = &self.authorities[entry.authority];
+            if authority.active() != Some(server) || server_errors.iter().any(|(n, _)| *n == name) {
+                continue; // served by another server (A71), or the TP3 error decides
+            }
+            entry.disarm_timers(t, &authority.servers, None, |key| self.timers.cancel(&key));
+            entry.delete(
+                &mut self.actions,
+                cx.type_url,
+                &cx.config,
+                &cx.version_info,
+                now,
+            );
+        }
+        tracing::debug!(
+            server = %cx.config.server_uri,
+            type_url = cx.type_url,
+            version = %cx.version_info,
+            valid = decoded.valid,
+            invalid = count - decoded.valid,
+            server_errors = server_errors.len(),
+            "delta response applied"
+        );
+        if decoded.errors.is_empty() {
+            Ok(cx.version_info)
+        } else {
+            Err(nack_detail(&decoded.errors))
+        }
+    }
+
+    /// Decodes the delta resources into items with their versions, and counts them
+    /// for A78.
+    fn decode_delta_items(
+        &mut self,
+        cx: &ResponseContext,
+        resources: Vec<DeltaResource>,
+    ) -> Decoded {
+        let ty = self.types[cx.t];
+        let count = resources.len() as u64;
+        let mut decoded = Decoded::default();
+        let table = &mut self.resources[cx.t];
+        for (i, r) in resources.into_iter().enumerate() {
+            let version: Arc<str> = Arc::from(r.version.as_str());
+            let before = decoded.items.len();
+            decoded.note(table, i, decode_delta_resource(&ty, r), cx.stamp);
+            if decoded.items.len() > before {
+                decoded.versions.push(version);
+            }
+        }
+        // A name seen twice marks the first item invalid and adds none: the versions
+        // stay aligned with the items.
+        debug_assert_eq!(decoded.items.len(), decoded.versions.len());
+        let sts = &mut self.servers[cx.server].types[cx.t];
+        sts.updates_valid += decoded.valid;
+        sts.updates_invalid += count - decoded.valid;
+        decoded
+    }
+
+    /// The watched names a delta response removes (canonical, shared with the cache).
+    /// A name both removed and sent in the same response is a NACK reason.
+    fn check_removals(
+        &self,
+        cx: &ResponseContext,
+        names: impl Iterator<Item = String>,
+        decoded: &mut Decoded,
+    ) -> Vec<Arc<str>> {
+        let table = &self.resources[cx.t];
+        let mut removed = Vec::new();
+        for (j, name) in names.enumerate() {
+            let name = canonical_name(name);
+            if decoded.item_of(table, &name, cx.stamp).is_some() {
+                decoded.errors.push(format!(
+                    "removed_resources[{j}]: {name}: resource is also present in resources"
+                ));
+                continue;
+            }
+            if let Some(shared) = table.shared_name(&name) {
+                removed.push(shared.clone());
+            }
+        }
+        removed
+    }
+}
+
+/// Decodes one delta `Resource`: named by its `name` (or `resource_name`) when set,
+/// like a SotW `Resource` wrapper, so that an invalid payload's error reaches that
+/// name's watchers and the NACK names it.
+fn decode_delta_resource(
+    ty: &ResourceTypeInfo,
+    r: DeltaResource,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    let name = Some(r.name)
+        .filter(|n| !n.is_empty())
+        .or_else(|| r.resource_name.map(|n| n.name).filter(|n| !n.is_empty()));
+    let Some(any) = r.resource else {
+        return Err(resource::DecodeError {
+            name,
+            message: "Resource has no resource".to_string(),
+        });
+    };
+    let matches = any.type_url == ty.type_url().as_bytes();
+    match decode_payload(ty, any, matches) {
+        Ok((decoded_name, value, raw)) => Ok((name.unwrap_or(decoded_name), value, raw)),
+        Err(e) => Err(resource::DecodeError {
+            name: name.or(e.name),
+            message: e.message,
+        }),
+    }
+}
