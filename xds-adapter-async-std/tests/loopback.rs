@@ -185,3 +185,13 @@ async fn a_stuck_watcher_holds_only_the_newest_state() {
 async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
     suite::slow_driver_slows_a_fast_server::<AsyncStdRuntime>().await;
 }
+
+#[async_std::test]
+async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions() {
+    suite::delta_session::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
+async fn delta_session_with_an_istiod_like_server() {
+    suite::istiod_delta_behaviour::<AsyncStdRuntime>().await;
+}

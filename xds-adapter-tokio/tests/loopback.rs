@@ -115,3 +115,13 @@ async fn a_stuck_watcher_holds_only_the_newest_state() {
 async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
     suite::slow_driver_slows_a_fast_server::<TokioRuntime>().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions() {
+    suite::delta_session::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_session_with_an_istiod_like_server() {
+    suite::istiod_delta_behaviour::<TokioRuntime>().await;
+}

@@ -407,6 +407,18 @@ impl LoopbackServer {
         )
     }
 
+    /// A bootstrap JSON for a client of this server that speaks delta xDS to it
+    /// (`"api_type": "AGGREGATED_DELTA_GRPC"`), with insecure credentials and node id
+    /// `node_id`.
+    pub fn delta_bootstrap_json(&self, node_id: &str) -> String {
+        format!(
+            r#"{{"xds_servers": [{{"server_uri": "{}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"], "api_type": "AGGREGATED_DELTA_GRPC"}}],
+                 "node": {{"id": {}, "cluster": "loopback-test"}}}}"#,
+            self.uri(),
+            json_string(node_id)
+        )
+    }
+
     fn serve(&self, listener: std::net::TcpListener) {
         listener
             .set_nonblocking(true)
