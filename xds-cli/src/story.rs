@@ -117,6 +117,16 @@ impl TransportStory {
             }
             ChannelEvent::RequestSent {
                 type_url,
+                nonce,
+                nack: Some(detail),
+                delta: Some(_),
+                ..
+            } => Some(format!(
+                "NACK {} (response {nonce}): {detail}",
+                short_type(type_url),
+            )),
+            ChannelEvent::RequestSent {
+                type_url,
                 version,
                 nonce,
                 nack: Some(detail),
@@ -131,12 +141,30 @@ impl TransportStory {
                 nonce,
                 resource_names,
                 nack: None,
+                delta,
                 ..
-            } if self.verbose => Some(if nonce.is_empty() {
-                format!("subscribe {} {resource_names:?}", short_type(type_url))
-            } else {
-                format!("ACK {} version {version} ({nonce})", short_type(type_url))
-            }),
+            } if self.verbose => {
+                let mut line = if !nonce.is_empty() && delta.is_some() {
+                    format!("ACK {} ({nonce})", short_type(type_url))
+                } else if !nonce.is_empty() {
+                    format!("ACK {} version {version} ({nonce})", short_type(type_url))
+                } else {
+                    format!("subscribe {} {resource_names:?}", short_type(type_url))
+                };
+                if let Some(delta) = delta {
+                    if !nonce.is_empty() && !resource_names.is_empty() {
+                        line.push_str(&format!(", subscribe {resource_names:?}"));
+                    }
+                    if !delta.unsubscribe.is_empty() {
+                        line.push_str(&format!(", unsubscribe {:?}", delta.unsubscribe));
+                    }
+                    if delta.initial_resource_versions > 0 {
+                        let held = delta.initial_resource_versions;
+                        line.push_str(&format!(" (holding {held} from an earlier stream)"));
+                    }
+                }
+                Some(line)
+            }
             ChannelEvent::ConnectionClosed {
                 server_uri,
                 error: Some(error),
