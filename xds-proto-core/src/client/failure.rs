@@ -8,6 +8,9 @@ use super::timer::{TimerKey, timer_bit};
 use super::{Status, TypeIdx, UpdateFailure, XdsClient, XdsError};
 use crate::time::Instant;
 
+/// The name that subscribes to every resource of a type (an explicit wildcard).
+const WILDCARD: &str = "*";
+
 impl XdsClient {
     /// Starts `server`'s does-not-exist timer of a resource whose subscribing request
     /// was sent on its connected stream, unless the resource is cached, NACKed, has a
@@ -33,6 +36,9 @@ impl XdsClient {
         };
         if entry.is_cached() || entry.nack.is_some() || entry.server_error.is_some() {
             return;
+        }
+        if &**name == WILDCARD {
+            return; // a wildcard subscription names no resource that could be missing
         }
         // An armed timer of this server is one of its current stream: every stream end
         // cancels them (`cancel_resource_timers`).

@@ -2,7 +2,8 @@
 //! a test play the management server by hand — it answers the client's actions itself
 //! (`expect_start`, `expect_request`, `started`, `sent`, `respond`, `close`, ...) and
 //! asserts the exact requests the client sends ([`Req`]) and the exact notifications
-//! its watchers get. [`DmDriver`] runs a dependency manager the same way against an
+//! its watchers get; on a delta stream, [`DeltaReq`] and `expect_delta_request` /
+//! `respond_delta`. [`DmDriver`] runs a dependency manager the same way against an
 //! automatic server, and [`SplitMix`], [`Scripted`] and [`Fixed`] are random sources
 //! for the config selector.
 
@@ -18,9 +19,13 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discov
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::{Bootstrap, Code, Instant, ServerId, Status, WatchError, XdsResourceType};
 
+mod delta;
 mod dependency;
 mod random;
 
+pub use delta::{
+    DELTA_BOOTSTRAP, DeltaReq, delta_errors, delta_on_the_wire, delta_resource, delta_response,
+};
 pub use dependency::DmDriver;
 pub use random::{Fixed, Scripted, SplitMix};
 
@@ -147,7 +152,7 @@ impl Harness {
         }
     }
 
-    fn collect(&mut self) {
+    pub(super) fn collect(&mut self) {
         while let Some(a) = self.client.poll_action() {
             self.pending.push_back(a);
         }
