@@ -14,6 +14,9 @@
 //! - by policy, requests with a stale nonce are ignored, an empty LDS/CDS name list is
 //!   a legacy wildcard, and resources come wrapped in `Resource`.
 //!
+//! Delta streams (`open_delta_stream`, `on_delta_request`, `flush_delta`) answer from
+//! the same snapshot, sending only what each client lacks (see the `delta` module).
+//!
 //! Faults are methods: [`ManagementServer::restart`] forgets every stream and restarts
 //! the nonce counter; [`ManagementServer::inject_garbage`] adds an undecodable
 //! resource to the next response of a type; [`ManagementServer::duplicate`] resends a
@@ -30,6 +33,8 @@ use xds_proto_core::resource::type_url::{
 };
 
 use crate::resources::{self, resource_error, wrap_resource};
+
+mod delta;
 
 /// The types the server serves, in a fixed order.
 pub const SIM_TYPES: [&str; 4] = [LDS, RDS, CDS, EDS];
@@ -122,6 +127,7 @@ pub struct ManagementServer {
     nonce: u64,
     snapshot: BTreeMap<&'static str, TypeSnapshot>,
     streams: BTreeMap<u64, ServerStream>,
+    delta_streams: BTreeMap<u64, delta::DeltaStream>,
     garbage: BTreeSet<&'static str>,
     responses: u64,
 }
@@ -144,6 +150,7 @@ impl ManagementServer {
                 .map(|t| (*t, TypeSnapshot::default()))
                 .collect(),
             streams: BTreeMap::new(),
+            delta_streams: BTreeMap::new(),
             garbage: BTreeSet::new(),
             responses: 0,
         }
@@ -184,6 +191,7 @@ impl ManagementServer {
                 st.dirty = true;
             }
         }
+        self.bump_delta(type_url);
     }
 
     /// Sets `name` to `resource` and moves the type's version on.
@@ -228,17 +236,19 @@ impl ManagementServer {
     /// A stream ended.
     pub fn close_stream(&mut self, key: u64) {
         self.streams.remove(&key);
+        self.delta_streams.remove(&key);
     }
 
     /// Whether the server knows this stream (it forgets them all on restart).
     pub fn has_stream(&self, key: u64) -> bool {
-        self.streams.contains_key(&key)
+        self.streams.contains_key(&key) || self.delta_streams.contains_key(&key)
     }
 
     /// The server crashes: every stream and nonce is forgotten and it stops accepting
     /// connections until [`start`](Self::start).
     pub fn restart(&mut self) {
         self.streams.clear();
+        self.delta_streams.clear();
         self.nonce = 0;
         self.epoch += 1;
         self.up = false;
@@ -399,10 +409,14 @@ impl ManagementServer {
 
     /// The types the stream has asked for, for fault injection.
     pub fn stream_types(&self, key: u64) -> Vec<&'static str> {
-        self.streams
-            .get(&key)
-            .map(|s| s.types.keys().copied().collect())
-            .unwrap_or_default()
+        match self.delta_streams.get(&key) {
+            Some(s) => s.types.keys().copied().collect(),
+            None => self
+                .streams
+                .get(&key)
+                .map(|s| s.types.keys().copied().collect())
+                .unwrap_or_default(),
+        }
     }
 }
 

@@ -78,6 +78,8 @@ use xds_proto_core::{Bootstrap, Code, Instant};
 
 use super::verdict::{Verdict, judge};
 
+mod delta;
+
 /// The most actions one input may produce before the checker calls it unbounded work.
 const MAX_ACTIONS_PER_STEP: usize = 100_000;
 
@@ -143,6 +145,10 @@ struct StreamTypeModel {
     ever_sent: BTreeSet<String>,
     /// Names unwatched on this stream before any request reported sent named them.
     dropped_unsent: BTreeSet<String>,
+    /// Delta: the names the server tracks for this stream (subscribed, not unsubscribed).
+    tracked: BTreeSet<String>,
+    /// Delta: a response of this type awaits its ACK or NACK.
+    ack_due: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -211,6 +217,8 @@ enum Ctx {
         verdict: Verdict,
         fail_on_data_errors: bool,
         all_required: bool,
+        /// Delta: the names the response removes.
+        removed: BTreeSet<String>,
     },
     Closed {
         server: ServerId,
@@ -725,7 +733,16 @@ impl CheckedClient {
     fn before_response(&mut self, now: Instant, stream: StreamId, bytes: &Bytes) -> Ctx {
         let s = self.streams.get_mut(&stream).expect("live");
         let server = s.server;
-        let Ok(response) = DiscoveryResponse::decode(bytes.clone()) else {
+        let is_delta = self.servers[&server].config.is_delta();
+        let decoded = if is_delta {
+            delta::decode_as_sotw(bytes)
+        } else {
+            DiscoveryResponse::decode(bytes.clone())
+                .ok()
+                .map(|r| (r, BTreeSet::new()))
+        };
+        let s = self.streams.get_mut(&stream).expect("live");
+        let Some((response, removed)) = decoded else {
             // The client closes the stream as if it had failed.
             let saw_response = s.saw_response;
             let sm = self.servers.get_mut(&server).expect("server");
@@ -765,7 +782,12 @@ impl CheckedClient {
             return Ctx::Quiet;
         }
         st.nonce = response.nonce.clone();
-        let verdict = judge(&ty, &response);
+        st.ack_due = true;
+        let mut verdict = judge(&ty, &response);
+        // Delta: a name both sent and removed is a contradiction the client NACKs.
+        if removed.iter().any(|n| verdict.present.contains(n)) {
+            verdict.accept = false;
+        }
         st.pending_nack = !verdict.accept;
         if verdict.accept {
             self.servers
@@ -779,7 +801,8 @@ impl CheckedClient {
             server: server_config,
             verdict,
             fail_on_data_errors: features.fail_on_data_errors,
-            all_required: ty.all_resources_required_in_sotw(),
+            all_required: ty.all_resources_required_in_sotw() && !is_delta,
+            removed,
         }
     }
 
@@ -807,6 +830,9 @@ impl CheckedClient {
                 }
                 Action::SendRequest { stream, request } => {
                     self.on_send(now, *stream, &crate::on_the_wire(request))?
+                }
+                Action::SendDeltaRequest { stream, request } => {
+                    self.on_send_delta(now, *stream, &crate::delta_on_the_wire(request))?
                 }
                 Action::CloseStream { stream } => self.on_close_action(now, *stream)?,
                 Action::DropChannel { server } => self.on_drop(now, *server)?,
@@ -1340,6 +1366,7 @@ impl CheckedClient {
                 verdict: v,
                 fail_on_data_errors,
                 all_required,
+                removed,
                 ..
             } => {
                 let not_found = v
@@ -1350,6 +1377,9 @@ impl CheckedClient {
                     && *all_required
                     && !v.unnamed_error
                     && !v.present.contains(&w.name);
+                // Delta: a removal is a deletion, of a cached value only under
+                // fail_on_data_errors (cached-value-kept holds the rest).
+                let deleted = deleted || removed.contains(&w.name);
                 if e.kind == ErrorKind::DoesNotExist && (not_found || deleted) {
                     Ok(())
                 } else {

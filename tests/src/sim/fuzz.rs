@@ -3,11 +3,12 @@
 //! regression inputs through exactly the same code (`tests/tests/fuzz_regressions.rs`).
 //!
 //! - [`interleave`]: arbitrary sequences of watches, cancels, transport events (for
-//!   live, stale and unknown streams), hand-built or raw responses, and time advances
-//!   into one client under the invariant checker.
+//!   live, stale and unknown streams), hand-built or raw responses (delta ones on the
+//!   delta bootstraps), and time advances into one client under the invariant checker.
 //! - [`decode_response`]: the bytes as a `DiscoveryResponse` of every built-in type, as
 //!   one resource of every type, and through each type's decoder, into a client with
-//!   watches on a connected stream.
+//!   watches on a connected stream; then the same as a `DeltaDiscoveryResponse` into a
+//!   client on a delta stream.
 //! - [`bootstrap`]: the bytes as bootstrap JSON; whatever parses must round-trip through
 //!   [`bootstrap_json::to_json`] and take watches.
 //!
@@ -20,7 +21,7 @@ use bytes::Bytes;
 use prost::Message;
 use xds_proto_core::client::{Event, ServerId, StreamId, WatcherId, XdsClientConfig};
 use xds_proto_core::pb::envoy::service::discovery::v3::{
-    DiscoveryResponse, Resource, ResourceError, ResourceName,
+    DeltaDiscoveryResponse, DiscoveryResponse, Resource, ResourceError, ResourceName,
 };
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::{builtin_types, type_url};
@@ -41,7 +42,11 @@ const NAMES: [&str; 5] = [
 ];
 const STEP_LIMIT: usize = 400;
 
-fn bootstraps() -> [String; 3] {
+fn bootstraps() -> [String; 5] {
+    let delta = ONE_SERVER_BOOTSTRAP.replace(
+        r#""channel_creds": [{"type": "insecure"}]"#,
+        r#""channel_creds": [{"type": "insecure"}], "api_type": "AGGREGATED_DELTA_GRPC""#,
+    );
     [
         ONE_SERVER_BOOTSTRAP.to_string(),
         ONE_SERVER_BOOTSTRAP.replace(
@@ -51,6 +56,17 @@ fn bootstraps() -> [String; 3] {
         r#"{
           "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}],
                            "server_features": ["resource_timer_is_transient_error"]}],
+          "node": {"id": "fuzz"},
+          "authorities": {"auth.example": {"xds_servers": [
+              {"server_uri": "auth.example:443", "channel_creds": [{"type": "insecure"}]}]}}
+        }"#
+        .to_string(),
+        delta,
+        // Delta with fail_on_data_errors at the top, SotW for the authority.
+        r#"{
+          "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}],
+                           "server_features": ["fail_on_data_errors"],
+                           "api_type": "AGGREGATED_DELTA_GRPC"}],
           "node": {"id": "fuzz"},
           "authorities": {"auth.example": {"xds_servers": [
               {"server_uri": "auth.example:443", "channel_creds": [{"type": "insecure"}]}]}}
@@ -196,9 +212,65 @@ fn arb_response(u: &mut Unstructured<'_>) -> arbitrary::Result<DiscoveryResponse
     })
 }
 
+fn arb_delta_response(u: &mut Unstructured<'_>) -> arbitrary::Result<DeltaDiscoveryResponse> {
+    // The resources, TP3 errors, type, nonce and version of a SotW response, each
+    // resource in a delta Resource named by its payload or another name, or without one.
+    let sotw = arb_response(u)?;
+    let rt = if sotw.type_url == UNKNOWN_TYPE {
+        CDS
+    } else {
+        SIM_TYPES
+            .into_iter()
+            .find(|t| *t == sotw.type_url)
+            .unwrap_or(CDS)
+    };
+    let ty = builtin_types().into_iter().find(|t| t.type_url() == rt);
+    let mut resources = Vec::new();
+    for any in sotw.resources {
+        let own = ty
+            .as_ref()
+            .and_then(|ty| ty.decode(&any.value).ok())
+            .map(|(n, _)| n);
+        let name = match (own, u.int_in_range(0..=5)?) {
+            (_, 0) => String::new(),
+            (_, 1) => arb_name(u)?,
+            (Some(own), _) => own,
+            (None, _) => arb_name(u)?,
+        };
+        let resource = (!u.ratio(1, 12)?).then_some(any);
+        resources.push(Resource {
+            name,
+            version: u.choose(&["", "1", "2", "3"])?.to_string(),
+            resource,
+            ..Default::default()
+        });
+    }
+    let mut removed_resources = Vec::new();
+    for _ in 0..u.int_in_range(0..=2)? {
+        removed_resources.push(arb_name(u)?);
+    }
+    let mut removed_resource_names = Vec::new();
+    if u.ratio(1, 6)? {
+        removed_resource_names.push(ResourceName {
+            name: arb_name(u)?,
+            ..Default::default()
+        });
+    }
+    Ok(DeltaDiscoveryResponse {
+        system_version_info: sotw.version_info,
+        resources,
+        type_url: sotw.type_url,
+        removed_resources,
+        removed_resource_names,
+        nonce: sotw.nonce,
+        resource_errors: sotw.resource_errors,
+        ..Default::default()
+    })
+}
+
 fn run_interleave(u: &mut Unstructured<'_>, log: &mut dyn FnMut(String)) -> Result<(), Violation> {
     let Ok(setup) = (|| -> arbitrary::Result<(usize, u64, u64)> {
-        Ok((u.choose_index(3)?, u.int_in_range(1..=20)?, u.arbitrary()?))
+        Ok((u.choose_index(5)?, u.int_in_range(1..=20)?, u.arbitrary()?))
     })() else {
         return Ok(());
     };
@@ -213,7 +285,7 @@ fn run_interleave(u: &mut Unstructured<'_>, log: &mut dyn FnMut(String)) -> Resu
         if u.is_empty() {
             break;
         }
-        let Ok(step) = next_step(u, &cc, &watchers) else {
+        let Ok(step) = next_step(u, &cc, &watchers, which >= 3) else {
             break;
         };
         log(format!("{now} {step:?}"));
@@ -259,6 +331,7 @@ fn next_step(
     u: &mut Unstructured<'_>,
     cc: &CheckedClient,
     watchers: &[WatcherId],
+    delta: bool,
 ) -> arbitrary::Result<Step> {
     Ok(match u.int_in_range(0..=11)? {
         0 | 1 => {
@@ -285,6 +358,8 @@ fn next_step(
             let bytes = if u.ratio(1, 10)? {
                 let len = u.int_in_range(0..=32)?;
                 Bytes::copy_from_slice(u.bytes(len)?)
+            } else if delta && !u.ratio(1, 8)? {
+                arb_delta_response(u)?.encode_to_vec().into()
             } else {
                 arb_response(u)?.encode_to_vec().into()
             };
@@ -311,8 +386,8 @@ fn next_step(
 
 /// Watches a few names of every type and brings the stream up: started, and every
 /// request reported sent.
-fn connected_client() -> Result<(CheckedClient, Instant), Violation> {
-    let mut cc = client(ONE_SERVER_BOOTSTRAP, Duration::from_secs(15), 7);
+fn connected_client(json: &str) -> Result<(CheckedClient, Instant), Violation> {
+    let mut cc = client(json, Duration::from_secs(15), 7);
     let now = Instant::from_secs(1_000);
     for t in SIM_TYPES {
         for name in ["a", "b"] {
@@ -356,7 +431,7 @@ pub fn decode_response(data: &[u8]) {
 }
 
 fn run_decode_response(data: &[u8]) -> Result<(), Violation> {
-    let (mut cc, now) = connected_client()?;
+    let (mut cc, now) = connected_client(ONE_SERVER_BOOTSTRAP)?;
     let parsed = DiscoveryResponse::decode(data).ok();
     let raw = Bytes::copy_from_slice(data);
     for (i, t) in SIM_TYPES.into_iter().enumerate() {
@@ -383,7 +458,36 @@ fn run_decode_response(data: &[u8]) -> Result<(), Violation> {
         let response = crate::response(t, &format!("{i}"), &format!("n{i}"), vec![one, wrapped]);
         feed(&mut cc, now, response.encode_to_vec().into())?;
     }
-    feed(&mut cc, now, raw)
+    feed(&mut cc, now, raw.clone())?;
+    run_decode_delta_response(&raw)
+}
+
+/// The bytes on a delta stream: as a `DeltaDiscoveryResponse` of every type, as one
+/// delta resource of every type, and raw.
+fn run_decode_delta_response(raw: &Bytes) -> Result<(), Violation> {
+    let (mut cc, now) = connected_client(&bootstraps()[3])?;
+    let parsed = DeltaDiscoveryResponse::decode(raw.clone()).ok();
+    for (i, t) in SIM_TYPES.into_iter().enumerate() {
+        if let Some(r) = &parsed {
+            let typed = DeltaDiscoveryResponse {
+                type_url: t.to_string(),
+                ..r.clone()
+            };
+            feed(&mut cc, now, typed.encode_to_vec().into())?;
+        }
+        let one = Any {
+            type_url: t.to_string(),
+            value: raw.clone(),
+        };
+        let response = crate::delta_response(
+            t,
+            &format!("d{i}"),
+            vec![("a", "1", one.clone()), ("", "2", one)],
+            &["b"],
+        );
+        feed(&mut cc, now, response.encode_to_vec().into())?;
+    }
+    feed(&mut cc, now, raw.clone())
 }
 
 /// Target `bootstrap`.
@@ -441,6 +545,10 @@ pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
                 crate::response(t, "2", "n2", vec![bad]).encode_to_vec(),
             ));
         }
+    }
+    for t in SIM_TYPES {
+        let delta = crate::delta_response(t, "d1", vec![("a", "7", valid_any(t, "a", 1))], &["b"]);
+        out.push(("decode_response", delta.encode_to_vec()));
     }
     for json in bootstraps() {
         out.push(("bootstrap", json.into_bytes()));

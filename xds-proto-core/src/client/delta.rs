@@ -265,7 +265,8 @@ impl XdsClient {
 
 /// Decodes one delta `Resource`: named by its `name` (or `resource_name`) when set,
 /// like a SotW `Resource` wrapper, so that an invalid payload's error reaches that
-/// name's watchers and the NACK names it.
+/// name's watchers and the NACK names it. A payload of another name is rejected: the
+/// cache would otherwise hold one resource under another's name.
 fn decode_delta_resource(
     ty: &ResourceTypeInfo,
     r: DeltaResource,
@@ -280,9 +281,21 @@ fn decode_delta_resource(
         });
     };
     let matches = any.type_url == ty.type_url().as_bytes();
-    match decode_payload(ty, any, matches) {
-        Ok((decoded_name, value, raw)) => Ok((name.unwrap_or(decoded_name), value, raw)),
-        Err(e) => Err(resource::DecodeError {
+    match (decode_payload(ty, any, matches), name) {
+        (Ok(decoded), None) => Ok(decoded),
+        (Ok((inner, value, raw)), Some(name)) => {
+            if canonical_name(inner.clone()) == canonical_name(name.clone()) {
+                Ok((name, value, raw))
+            } else {
+                Err(resource::DecodeError {
+                    message: format!(
+                        "Resource name {name:?} differs from the resource's {inner:?}"
+                    ),
+                    name: Some(name),
+                })
+            }
+        }
+        (Err(e), name) => Err(resource::DecodeError {
             name: name.or(e.name),
             message: e.message,
         }),
