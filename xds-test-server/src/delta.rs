@@ -11,9 +11,8 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{
 };
 use xds_proto_core::resource::type_url;
 
-use crate::server::{
-    DeltaFields, RecordedRequest, RecordedResponse, RequestKind, State, TypeSnapshot,
-};
+use crate::record::{DeltaFields, RecordedRequest, RecordedResponse, RequestKind};
+use crate::server::{State, TypeSnapshot};
 use crate::session::Protocol;
 
 /// How the server's delta streams deviate from the plain protocol. With none (the

@@ -47,6 +47,7 @@ mod delta;
 pub mod demo;
 pub mod echo;
 pub mod proxy;
+mod record;
 pub mod recorder;
 pub mod resources;
 mod server;
@@ -58,6 +59,5 @@ pub mod tls;
 
 pub use delta::DeltaQuirks;
 pub use proxy::FaultProxy;
-pub use server::{
-    DeltaFields, LoopbackServer, RecordedRequest, RecordedResponse, RequestKind, ServerStats,
-};
+pub use record::{DeltaFields, RecordedRequest, RecordedResponse, RequestKind, ServerStats};
+pub use server::LoopbackServer;

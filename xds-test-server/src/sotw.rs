@@ -10,8 +10,9 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{
 };
 use xds_proto_core::pb::google::protobuf::Any;
 
+use crate::record::{RecordedRequest, RecordedResponse, RequestKind};
 use crate::resources::resource_name;
-use crate::server::{RecordedRequest, RecordedResponse, RequestKind, State};
+use crate::server::State;
 use crate::session::Protocol;
 
 /// What one stream subscribes to and was sent, per type.
