@@ -195,3 +195,8 @@ async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions
 async fn delta_session_with_an_istiod_like_server() {
     suite::istiod_delta_behaviour::<AsyncStdRuntime>().await;
 }
+
+#[async_std::test]
+async fn delta_silence_about_a_name_is_does_not_exist_after_the_timer() {
+    suite::delta_silence_is_does_not_exist_after_the_timer::<AsyncStdRuntime>().await;
+}

@@ -125,3 +125,8 @@ async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions
 async fn delta_session_with_an_istiod_like_server() {
     suite::istiod_delta_behaviour::<TokioRuntime>().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_silence_about_a_name_is_does_not_exist_after_the_timer() {
+    suite::delta_silence_is_does_not_exist_after_the_timer::<TokioRuntime>().await;
+}

@@ -15,7 +15,9 @@ mod load;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
 pub use client_closes::client_closed_streams_are_published;
-pub use delta::{delta_session, istiod_delta_behaviour};
+pub use delta::{
+    delta_session, delta_silence_is_does_not_exist_after_the_timer, istiod_delta_behaviour,
+};
 pub use drops::dropped_watches_are_cancelled;
 pub use faults::{
     default_keepalive_detects_a_silent_server, goaway_rotations_use_fresh_connections,

@@ -312,3 +312,41 @@ pub async fn istiod_delta_behaviour<R: Runtime>() {
     client.shutdown().await;
     server.stop().await;
 }
+
+/// A plain delta server stays silent about a name it does not have (it names in
+/// `removed_resources` only what the client has): the watcher hears does-not-exist
+/// from the client's own timer (gRFC A57), not before it, while a name the server
+/// has arrives at once.
+pub async fn delta_silence_is_does_not_exist_after_the_timer<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let server = LoopbackServer::start();
+    server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
+    let timeout = Duration::from_millis(700);
+    let client = builder::<R>(&server.delta_bootstrap_json("silence-node"))
+        .resource_timeout(timeout)
+        .build()
+        .expect("client");
+    let started = rt.now();
+    let mut one = client.watch::<Cds>("cluster-1").await.expect("watch");
+    let mut ghost = client.watch::<Cds>("ghost").await.expect("watch");
+    next_value(&rt, &mut one).await;
+    assert_kind(
+        &next_update(&rt, &mut ghost).await,
+        false,
+        ErrorKind::DoesNotExist,
+    );
+    let waited = rt.now().saturating_duration_since(started);
+    assert!(
+        waited >= timeout,
+        "does-not-exist after {waited:?}, before the timer"
+    );
+    let responses = server.responses();
+    assert!(
+        responses
+            .iter()
+            .all(|r| r.removed.is_empty() && !r.resources.contains(&"ghost".to_string())),
+        "the server said nothing about ghost: {responses:#?}"
+    );
+    client.shutdown().await;
+    server.stop().await;
+}
