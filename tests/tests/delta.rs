@@ -164,6 +164,29 @@ fn changes_made_while_a_request_is_outstanding_merge_into_the_next_one() {
         h.expect_delta_request(s),
         DeltaReq::new(CDS).subscribe(&["b"])
     );
+    // The server tracks c: unwatched, watched and unwatched again before the change
+    // goes out, it is still unsubscribed (found by the simulator, seed 19).
+    let wc = h.watch::<Cds>("x");
+    h.sent(s);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).subscribe(&["x"])
+    );
+    let watchers_of_c: Vec<_> = h
+        .client
+        .resource_snapshot()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    assert!(watchers_of_c.iter().any(|n| &**n == "c"));
+    h.cancel(wc);
+    let again = h.client.watch::<Cds>("x").unwrap();
+    h.cancel(again);
+    h.sent(s);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).unsubscribe(&["x"])
+    );
     h.sent(s);
     h.expect_nothing();
 }

@@ -27,7 +27,9 @@ use prost::Message;
 use xds_proto_core::client::{
     Action, ErrorKind, Event, ServerId, StreamId, WatchEvent, WatcherId, XdsClientConfig,
 };
-use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use xds_proto_core::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse,
+};
 use xds_proto_core::resource::builtin_types;
 use xds_proto_core::{Bootstrap, Code, Instant, Status};
 
@@ -53,6 +55,9 @@ pub struct SimOptions {
     pub planted_bug: bool,
     /// Keep the human-readable trace (always hashed; kept only when asked).
     pub trace: bool,
+    /// Which servers speak delta xDS: `None` draws it from the seed (all SotW, all
+    /// delta, or each server by a coin), `Some(true)` every one, `Some(false)` none.
+    pub delta: Option<bool>,
 }
 
 /// Counts of what a run did.
@@ -311,51 +316,23 @@ impl Plan {
 
 #[derive(Clone, Debug)]
 enum Ev {
-    Churn {
-        client: usize,
-    },
+    Churn { client: usize },
     Update,
     Fault,
     Heal,
     Probe,
     End,
-    Connect {
-        conn: u64,
-    },
-    ConnectFail {
-        conn: u64,
-        reason: &'static str,
-    },
-    SendDone {
-        conn: u64,
-    },
-    BufferedSent {
-        conn: u64,
-    },
-    ServerRecv {
-        conn: u64,
-        request: Box<DiscoveryRequest>,
-    },
-    ServerFlush {
-        conn: u64,
-    },
-    ServerSeesClose {
-        conn: u64,
-    },
-    ClientRecv {
-        conn: u64,
-        bytes: Bytes,
-    },
-    ClientClosed {
-        conn: u64,
-        status: Status,
-    },
-    Kill {
-        conn: u64,
-    },
-    ServerUp {
-        server: usize,
-    },
+    Connect { conn: u64 },
+    ConnectFail { conn: u64, reason: &'static str },
+    SendDone { conn: u64 },
+    BufferedSent { conn: u64 },
+    ServerRecv { conn: u64, request: Box<Wire> },
+    ServerFlush { conn: u64 },
+    ServerSeesClose { conn: u64 },
+    ClientRecv { conn: u64, bytes: Bytes },
+    ClientClosed { conn: u64, status: Status },
+    Kill { conn: u64 },
+    ServerUp { server: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,11 +358,18 @@ struct Conn {
     state: ConnState,
     fate: Fate,
     stalled: bool,
-    pending: Option<DiscoveryRequest>,
-    backlog: Vec<DiscoveryRequest>,
+    pending: Option<Wire>,
+    backlog: Vec<Wire>,
     c2s_last: Instant,
     s2c_last: Instant,
     last_bytes: Option<Bytes>,
+}
+
+/// A request on the wire: SotW or delta, as the stream speaks.
+#[derive(Clone, Debug)]
+enum Wire {
+    Sotw(DiscoveryRequest),
+    Delta(DeltaDiscoveryRequest),
 }
 
 struct SimClient {
@@ -419,6 +403,8 @@ struct World {
     queue: BTreeMap<(Instant, u64), Ev>,
     clients: Vec<SimClient>,
     servers: Vec<ManagementServer>,
+    /// Which servers speak delta xDS (by index, as `servers`).
+    delta: Vec<bool>,
     groups: Vec<Group>,
     conns: BTreeMap<u64, Conn>,
     conn_of: BTreeMap<(usize, StreamId), u64>,
@@ -453,7 +439,7 @@ fn prefix(type_url: &str) -> &'static str {
     }
 }
 
-fn server_json(uri: &str, f: Features) -> String {
+fn server_json(uri: &str, f: Features, delta: bool) -> String {
     let mut features = Vec::new();
     if f.fail_on_data_errors {
         features.push("\"fail_on_data_errors\"");
@@ -461,8 +447,13 @@ fn server_json(uri: &str, f: Features) -> String {
     if f.transient_timer {
         features.push("\"resource_timer_is_transient_error\"");
     }
+    let api_type = if delta {
+        "AGGREGATED_DELTA_GRPC"
+    } else {
+        "AGGREGATED_GRPC"
+    };
     format!(
-        r#"{{"server_uri": "{uri}", "channel_creds": [{{"type": "insecure"}}], "server_features": [{}]}}"#,
+        r#"{{"server_uri": "{uri}", "channel_creds": [{{"type": "insecure"}}], "server_features": [{}], "api_type": "{api_type}"}}"#,
         features.join(", ")
     )
 }
@@ -546,6 +537,16 @@ impl World {
         };
         check_fixtures().map_err(|d| fail("fixtures-decode-as-intended", d))?;
 
+        // Which servers speak delta: drawn from a stream of its own, so that a seed's
+        // plan and faults do not depend on it.
+        let mut variant = SimRng::new(seed ^ 0xde17_a0de_17a0_de17);
+        let mode = variant.index(3);
+        let delta: Vec<bool> = (0..4)
+            .map(|_| match opts.delta {
+                Some(all) => all,
+                None => mode == 1 || (mode == 2 && variant.chance(0.5)),
+            })
+            .collect();
         // Servers: the top-level group, and the authority's own when it has them.
         let mut servers = Vec::new();
         let mut groups = Vec::new();
@@ -589,7 +590,7 @@ impl World {
                 let own = group_servers("b", 1, &mut servers);
                 let list: Vec<String> = own
                     .iter()
-                    .map(|i| server_json(&servers[*i].uri, plan.features[1]))
+                    .map(|i| server_json(&servers[*i].uri, plan.features[1], delta[*i]))
                     .collect();
                 authorities = format!(
                     r#", "authorities": {{"{AUTHORITY}": {{"xds_servers": [{}]}}}}"#,
@@ -613,7 +614,7 @@ impl World {
         }
         let top_list: Vec<String> = top
             .iter()
-            .map(|i| server_json(&servers[*i].uri, plan.features[0]))
+            .map(|i| server_json(&servers[*i].uri, plan.features[0], delta[*i]))
             .collect();
 
         let mut clients = Vec::new();
@@ -644,6 +645,8 @@ impl World {
         let start = Instant::from_secs(1_000);
         let heal_at = start + plan.safety;
         let bound = Duration::from_secs(150) + 2 * plan.resource_timeout + Duration::from_secs(60);
+        let mut delta = delta;
+        delta.truncate(servers.len());
         let mut world = World {
             seed,
             opts,
@@ -654,6 +657,7 @@ impl World {
             queue: BTreeMap::new(),
             clients,
             servers,
+            delta,
             groups,
             conns: BTreeMap::new(),
             conn_of: BTreeMap::new(),
@@ -752,7 +756,7 @@ impl World {
             rule: rule.to_string(),
             at: self.now,
             detail,
-            plan: self.plan.summary(),
+            plan: format!("{}; delta servers {:?}", self.plan.summary(), self.delta),
             trace: self.trace.clone(),
         }
     }
@@ -857,7 +861,12 @@ impl World {
                 }
                 Action::SendRequest { stream, request } => {
                     self.stats.requests += 1;
-                    self.client_send(client, stream, crate::on_the_wire(&request));
+                    self.client_send(client, stream, Wire::Sotw(crate::on_the_wire(&request)));
+                }
+                Action::SendDeltaRequest { stream, request } => {
+                    self.stats.requests += 1;
+                    let request = Wire::Delta(crate::delta_on_the_wire(&request));
+                    self.client_send(client, stream, request);
                 }
                 Action::CloseStream { stream } => self.client_close(client, stream),
                 Action::DropChannel { .. } => {}
@@ -959,7 +968,7 @@ impl World {
         }
     }
 
-    fn client_send(&mut self, client: usize, stream: StreamId, request: DiscoveryRequest) {
+    fn client_send(&mut self, client: usize, stream: StreamId, request: Wire) {
         let Some(&id) = self.conn_of.get(&(client, stream)) else {
             return;
         };
@@ -1021,7 +1030,7 @@ impl World {
         )
     }
 
-    fn send_to_server(&mut self, id: u64, request: DiscoveryRequest) {
+    fn send_to_server(&mut self, id: u64, request: Wire) {
         let lat = self.latency();
         let c = self.conns.get_mut(&id).expect("conn");
         let at = (self.now + lat).max(c.c2s_last);
@@ -1041,6 +1050,27 @@ impl World {
         let at = (self.now + lat).max(c.s2c_last);
         c.s2c_last = at;
         self.schedule(at, Ev::ClientRecv { conn: id, bytes });
+    }
+
+    /// The server of `conn` sends its last response of `t` again (a fault).
+    fn duplicate(&mut self, conn: u64, t: &str, fresh: bool) {
+        let server = &mut self.servers[self.conns[&conn].server];
+        let dup: Option<Bytes> = if server.is_delta_stream(conn) {
+            server
+                .duplicate_delta(conn, t, fresh)
+                .map(|r| r.encode_to_vec().into())
+        } else {
+            server
+                .duplicate(conn, t, fresh)
+                .map(|r| r.encode_to_vec().into())
+        };
+        if let Some(dup) = dup {
+            self.note(format_args!(
+                "fault: duplicate {} on conn {conn} (fresh nonce: {fresh})",
+                short(t)
+            ));
+            self.send_to_client(conn, dup);
+        }
     }
 
     fn open_conns(&self) -> Vec<u64> {
@@ -1108,9 +1138,13 @@ impl World {
             }
             Ev::ServerRecv { conn, request } => {
                 let server = self.conns[&conn].server;
-                if self.servers[server].has_stream(conn)
-                    && self.servers[server].on_request(conn, &request)
-                {
+                let srv = &mut self.servers[server];
+                let due = srv.has_stream(conn)
+                    && match *request {
+                        Wire::Sotw(r) => srv.on_request(conn, &r),
+                        Wire::Delta(r) => srv.on_delta_request(conn, &r),
+                    };
+                if due {
                     self.schedule_flush(conn);
                 }
                 Ok(())
@@ -1119,19 +1153,23 @@ impl World {
                 self.flush_due.remove(&conn);
                 let server = self.conns[&conn].server;
                 let rng = &mut self.rng;
-                let responses = self.servers[server].flush(conn, |n| rng.index(n));
-                for r in responses {
-                    let t = r.type_url.clone();
-                    self.send_to_client(conn, r.encode_to_vec().into());
+                let responses: Vec<(String, Bytes)> = if self.servers[server].is_delta_stream(conn)
+                {
+                    let out = self.servers[server].flush_delta(conn, |n| rng.index(n));
+                    out.into_iter()
+                        .map(|r| (r.type_url.clone(), r.encode_to_vec().into()))
+                        .collect()
+                } else {
+                    let out = self.servers[server].flush(conn, |n| rng.index(n));
+                    out.into_iter()
+                        .map(|r| (r.type_url.clone(), r.encode_to_vec().into()))
+                        .collect()
+                };
+                for (t, bytes) in responses {
+                    self.send_to_client(conn, bytes);
                     if self.safety() && self.rng.chance(self.plan.p_dup) {
                         let fresh = self.rng.chance(0.5);
-                        if let Some(dup) = self.servers[server].duplicate(conn, &t, fresh) {
-                            self.note(format_args!(
-                                "fault: duplicate {} on conn {conn} (fresh nonce: {fresh})",
-                                short(&t)
-                            ));
-                            self.send_to_client(conn, dup.encode_to_vec().into());
-                        }
+                        self.duplicate(conn, &t, fresh);
                     }
                 }
                 Ok(())
@@ -1178,7 +1216,11 @@ impl World {
             return self.fail_conn(conn, "connection refused");
         }
         let (client, stream, server) = (c.client, c.stream, c.server);
-        self.servers[server].open_stream(conn);
+        if self.delta[server] {
+            self.servers[server].open_delta_stream(conn);
+        } else {
+            self.servers[server].open_stream(conn);
+        }
         let c = self.conns.get_mut(&conn).expect("conn");
         c.state = ConnState::Open;
         let backlog = std::mem::take(&mut c.backlog);
@@ -1416,13 +1458,7 @@ impl World {
                 }
                 let t = *self.rng.pick(&types);
                 let fresh = self.rng.chance(0.5);
-                if let Some(dup) = self.servers[server].duplicate(id, t, fresh) {
-                    self.note(format_args!(
-                        "fault: duplicate {} on conn {id} (fresh nonce: {fresh})",
-                        short(t)
-                    ));
-                    self.send_to_client(id, dup.encode_to_vec().into());
-                }
+                self.duplicate(id, t, fresh);
                 Ok(())
             }
             7 => {
@@ -1520,16 +1556,24 @@ impl World {
             let ok = match server.resource(ws.type_url, &ws.name) {
                 Some(SimResource::Valid(g)) => {
                     let want = valid_any(ws.type_url, &ws.name, g).value;
+                    // A delta server's per-resource version is what the cache holds too.
+                    let version_ok = |e: &xds_proto_core::ResourceSnapshot| {
+                        !self.delta[group.servers[0]] || *e.version == *format!("g{g}")
+                    };
                     matches!(&ws.held, Some(Ok(v))
-                        if entry.is_some_and(|e| e.raw.as_ref() == Some(&want) && e.value.as_ref() == Some(v)))
+                        if entry.is_some_and(|e| e.raw.as_ref() == Some(&want)
+                            && e.value.as_ref() == Some(v) && version_ok(e)))
                 }
                 None => match &ws.held {
                     Some(Err(e)) => {
                         e.kind == ErrorKind::DoesNotExist
                             || (group.features.transient_timer && e.kind == ErrorKind::Timeout)
                     }
+                    // Kept after a deletion unless it is a data error that drops it:
+                    // a SotW LDS/CDS omission, or any delta removal.
                     Some(Ok(v)) => {
-                        !(group.features.fail_on_data_errors && all_required(ws.type_url))
+                        !(group.features.fail_on_data_errors
+                            && (all_required(ws.type_url) || self.delta[group.servers[0]]))
                             && entry.is_some_and(|e| e.value.as_ref() == Some(v))
                     }
                     None => false,

@@ -50,12 +50,14 @@ impl ServerState {
                 break t;
             }
             ts.unsubscribe.clear();
+            ts.resubscribed.clear();
             ts.initial_versions.clear();
         };
         let ts = &mut stream.types[t];
         ts.ever_sent = true;
         let mut subscribe = std::mem::take(&mut ts.new_names);
         subscribe.sort_unstable();
+        ts.resubscribed.clear();
         let mut unsubscribe = std::mem::take(&mut ts.unsubscribe);
         unsubscribe.sort_unstable();
         let (response_nonce, error_detail) = if std::mem::take(&mut ts.ack_due) {

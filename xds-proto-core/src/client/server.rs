@@ -48,6 +48,9 @@ pub(super) struct StreamTypeState {
     /// Delta: names the server was told to track and that are no longer subscribed,
     /// for the next request's `resource_names_unsubscribe`.
     pub(super) unsubscribe: Vec<Arc<str>>,
+    /// Delta: names in `new_names` whose unsubscribe, still to be sent, a new watch
+    /// cancelled: the server still tracks them.
+    pub(super) resubscribed: Vec<Arc<str>>,
     /// Delta: a response is waiting for its ACK or NACK (its nonce is `nonce`).
     pub(super) ack_due: bool,
     /// Delta: the versions of the cached resources, for the first request of a type on
@@ -182,7 +185,11 @@ impl ServerState {
             ts.new_names.push(name.clone());
             // Unsubscribed and subscribed again before the change went out: the
             // subscribe alone is sent, and the server must send the resource again.
+            let pending = ts.unsubscribe.len();
             ts.unsubscribe.retain(|n| n != name);
+            if ts.unsubscribe.len() < pending {
+                ts.resubscribed.push(name.clone());
+            }
         }
         true
     }
@@ -202,8 +209,12 @@ impl ServerState {
             let pending = ts.new_names.len();
             ts.new_names.retain(|n| n != name);
             ts.initial_versions.retain(|(n, _)| n != name);
-            // Delta: a name whose subscribe went out is told to the server as gone.
-            if delta && ts.new_names.len() == pending {
+            let resubscribed = ts.resubscribed.len();
+            ts.resubscribed.retain(|n| n != name);
+            // Delta: a name the server tracks (its subscribe went out, or a watch
+            // cancelled its unsubscribe) is told to the server as gone.
+            let tracked = ts.new_names.len() == pending || ts.resubscribed.len() < resubscribed;
+            if delta && tracked {
                 ts.unsubscribe.push(name.clone());
             }
             if let Some(in_flight) = &mut stream.in_flight
