@@ -3,7 +3,9 @@
 //! liveness phase under the invariant checker; each is run twice to show that the
 //! same seed gives the same trace.
 //!
-//! - `seeds`: `XDS_SIM_SEEDS` seeds (default 150) from `XDS_SIM_SEED_START` (default 0).
+//! - `seeds`: `XDS_SIM_SEEDS` seeds (default 150) from `XDS_SIM_SEED_START` (default 0);
+//!   `XDS_SIM_DELTA=all` (or `none`) makes every server speak delta (or SotW) instead of
+//!   the seed's choice.
 //! - `replay`: the seed in `XDS_SIM_SEED` (default 0) with its full trace printed:
 //!   `XDS_SIM_SEED=1234 cargo test -p xds-proto-tests --test simulation -- replay --nocapture`
 //! - `planted_bug_is_caught`: with the core's planted A57 bug switched on, some seed in
@@ -16,6 +18,20 @@ use xds_proto_tests::sim::{self, SimOptions};
 
 /// Seeds `seeds` runs by default: small enough for about a minute in a debug build.
 const DEFAULT_SEEDS: u64 = 200;
+
+/// The options of the `seeds` runs: the delta choice from `XDS_SIM_DELTA`.
+fn seed_options() -> SimOptions {
+    let delta = match std::env::var("XDS_SIM_DELTA").as_deref() {
+        Ok("all") => Some(true),
+        Ok("none") => Some(false),
+        Ok("") | Err(_) => None,
+        Ok(other) => panic!("XDS_SIM_DELTA={other:?}: expected all or none"),
+    };
+    SimOptions {
+        delta,
+        ..SimOptions::default()
+    }
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -36,7 +52,7 @@ fn seeds() {
     let mut failures = Vec::new();
     for seed in start..start.saturating_add(count) {
         ran += 1;
-        let report = match sim::run(seed, &SimOptions::default()) {
+        let report = match sim::run(seed, &seed_options()) {
             Ok(r) => r,
             Err(failure) => {
                 // Every failing seed is listed; the first in full.
@@ -52,7 +68,7 @@ fn seeds() {
                 continue;
             }
         };
-        let again = sim::run(seed, &SimOptions::default());
+        let again = sim::run(seed, &seed_options());
         if again.as_ref().ok().map(|r| r.trace_hash) != Some(report.trace_hash) {
             failures.push(format!(
                 "seed {seed}: not deterministic, two runs gave different traces; replay: {}",
@@ -82,7 +98,7 @@ fn replay() {
     let seed = env_u64("XDS_SIM_SEED", 0);
     let opts = SimOptions {
         trace: true,
-        ..SimOptions::default()
+        ..seed_options()
     };
     match sim::run(seed, &opts) {
         Ok(report) => {
