@@ -565,3 +565,68 @@ fn a_silent_delta_server_lets_the_does_not_exist_timer_decide() {
     assert_eq!(changed_error(&n).kind, ErrorKind::DoesNotExist);
     h.expect_nothing();
 }
+
+// ----- A71 fallback between a delta primary and a SotW fallback -----
+
+#[test]
+fn a_delta_primary_falls_back_to_a_sotw_server_and_takes_its_authority_back() {
+    let json = r#"{
+      "xds_servers": [
+        {"server_uri": "primary:443", "channel_creds": [{"type": "insecure"}],
+         "api_type": "AGGREGATED_DELTA_GRPC"},
+        {"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
+      ],
+      "node": {"id": "n"}
+    }"#;
+    let mut h = Harness::with_bootstrap(json, |_| {});
+    let w = h.watch::<Cds>("c1");
+    let p = h.connect_first_delta(CDS, &["c1"]);
+    // The primary fails before any response: the SotW fallback is put in use.
+    h.close(p, Code::UNAVAILABLE, "connection refused");
+    let f = h.expect_start();
+    assert_eq!(
+        h.expect_request(f),
+        xds_proto_tests::Req::new(CDS, &["c1"], "", "").with_node()
+    );
+    h.started(f);
+    h.sent(f);
+    h.respond(f, CDS, "7", "f1", vec![cluster_v("c1", 2)]);
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_value(&n)), (w, 2));
+    assert_eq!(
+        h.expect_request(f),
+        xds_proto_tests::Req::new(CDS, &["c1"], "7", "f1")
+    );
+    h.sent(f);
+    h.expect_nothing();
+    // The primary's next delta stream claims nothing: the value came from the fallback.
+    h.advance(2 * SECOND);
+    let p2 = h.expect_start();
+    assert_eq!(
+        h.expect_delta_request(p2),
+        DeltaReq::new(CDS).subscribe(&["c1"]).with_node()
+    );
+    h.started(p2);
+    h.sent(p2);
+    // It answers: the authority switches back and the fallback is released.
+    h.respond_delta(
+        p2,
+        delta_response(CDS, "p1", vec![("c1", "v1", cluster_v("c1", 1))], &[]),
+    );
+    let rest = h.take();
+    assert!(
+        rest.iter()
+            .any(|a| matches!(a, Action::CloseStream { stream } if *stream == f)),
+        "{rest:?}"
+    );
+    let note = rest.iter().find_map(|a| match a {
+        Action::Notify(n) => Some(changed_value(n)),
+        _ => None,
+    });
+    assert_eq!(note, Some(1));
+    assert!(
+        rest.iter()
+            .any(|a| matches!(a, Action::SendDeltaRequest { .. }))
+    );
+    assert_eq!(&*h.client.resource_snapshot()[0].version, "v1");
+}
