@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::cache::ResourceTable;
 use super::envelope::{self, DeltaResource};
 use super::response::{Decoded, ResponseContext, canonical_name, decode_payload, nack_detail};
 use super::server::{InFlight, ServerState};
@@ -26,10 +27,13 @@ use crate::time::Instant;
 impl ServerState {
     /// The next delta request of the open stream, unless one is in flight or none is
     /// due: a type with nothing to subscribe, unsubscribe or (N)ACK sends nothing.
+    /// A type's first request on the stream tells the versions `held` gives for the
+    /// names it subscribes, read as it is built (a value may change before).
     pub(super) fn next_delta_request(
         &mut self,
         node: &Node,
         types: &[ResourceTypeInfo],
+        held: impl FnOnce(TypeIdx, &[Arc<str>]) -> Vec<(Arc<str>, Arc<str>)>,
     ) -> Option<(StreamId, DeltaRequest)> {
         let stream = self.stream.as_mut()?;
         if stream.in_flight.is_some() {
@@ -51,9 +55,14 @@ impl ServerState {
             }
             ts.unsubscribe.clear();
             ts.resubscribed.clear();
-            ts.initial_versions.clear();
         };
         let ts = &mut stream.types[t];
+        let initial_resource_versions = if ts.ever_sent {
+            Vec::new()
+        } else {
+            ts.new_names.sort_unstable();
+            held(t, &ts.new_names)
+        };
         ts.ever_sent = true;
         let mut subscribe = std::mem::take(&mut ts.new_names);
         subscribe.sort_unstable();
@@ -78,7 +87,7 @@ impl ServerState {
             type_url: types[t].type_url(),
             resource_names_subscribe: subscribe.clone(),
             resource_names_unsubscribe: unsubscribe,
-            initial_resource_versions: std::mem::take(&mut ts.initial_versions),
+            initial_resource_versions,
             response_nonce,
             error_detail,
         };
@@ -92,25 +101,23 @@ impl ServerState {
 }
 
 impl XdsClient {
-    /// A delta stream to `server` was just opened: its first request of each type
-    /// tells the version of every resource the client holds from that server, so that
-    /// the server can skip what the client has.
-    pub(super) fn set_initial_versions(&mut self, server: usize) {
-        let srv = &mut self.servers[server];
-        let Some(stream) = srv.stream.as_mut() else {
-            return;
-        };
-        for (t, sts) in srv.types.iter().enumerate() {
-            let table = &self.resources[t];
-            stream.types[t].initial_versions = sts
-                .subscribed
-                .iter()
-                .filter_map(|name| {
-                    let version = table.get(name)?.version_from(server)?;
-                    Some((name.clone(), version.clone()))
-                })
-                .collect();
-        }
+    /// The versions of the resources among `names` (of type `t`) that the client
+    /// holds from `server` and that it has not deleted: a new delta stream's
+    /// `initial_resource_versions`, so that the server can skip what the client has.
+    pub(super) fn held_versions(
+        resources: &[ResourceTable],
+        server: usize,
+        t: TypeIdx,
+        names: &[Arc<str>],
+    ) -> Vec<(Arc<str>, Arc<str>)> {
+        let table = &resources[t];
+        names
+            .iter()
+            .filter_map(|name| {
+                let version = table.get(name)?.version_from(server)?;
+                Some((name.clone(), version.clone()))
+            })
+            .collect()
     }
 
     /// A message arrived on `server`'s delta stream.

@@ -53,9 +53,6 @@ pub(super) struct StreamTypeState {
     pub(super) resubscribed: Vec<Arc<str>>,
     /// Delta: a response is waiting for its ACK or NACK (its nonce is `nonce`).
     pub(super) ack_due: bool,
-    /// Delta: the versions of the cached resources, for the first request of a type on
-    /// a new stream (`initial_resource_versions`).
-    pub(super) initial_versions: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// A request of either variant, as the server's stream speaks it.
@@ -208,7 +205,6 @@ impl ServerState {
             let ts = &mut stream.types[t];
             let pending = ts.new_names.len();
             ts.new_names.retain(|n| n != name);
-            ts.initial_versions.retain(|(n, _)| n != name);
             let resubscribed = ts.resubscribed.len();
             ts.resubscribed.retain(|n| n != name);
             // Delta: a name the server tracks (its subscribe went out, or a watch
@@ -253,14 +249,17 @@ impl ServerState {
     }
 
     /// The next request of the open stream, unless one is in flight or none is due.
+    /// On a delta stream, `held(t, names)` gives the versions of the resources among
+    /// `names` of type `t` that the client holds from this server.
     pub(super) fn next_request(
         &mut self,
         node: &Node,
         types: &[ResourceTypeInfo],
+        held: impl FnOnce(TypeIdx, &[Arc<str>]) -> Vec<(Arc<str>, Arc<str>)>,
     ) -> Option<(StreamId, Request)> {
         if self.config.is_delta() {
             return self
-                .next_delta_request(node, types)
+                .next_delta_request(node, types, held)
                 .map(|(id, r)| (id, Request::Delta(r)));
         }
         self.next_sotw_request(node, types)

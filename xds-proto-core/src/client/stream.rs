@@ -39,16 +39,15 @@ impl XdsClient {
             config: srv.config.clone(),
             stream: id,
         });
-        if delta {
-            self.set_initial_versions(server);
-        }
         self.pump(server);
     }
 
     /// Emits the next request of `server`'s stream if none is outstanding.
     pub(super) fn pump(&mut self, server: usize) {
         let srv = &mut self.servers[server];
-        let Some((stream, request)) = srv.next_request(&self.node, &self.types) else {
+        let resources = &self.resources;
+        let held = |t, names: &[Arc<str>]| XdsClient::held_versions(resources, server, t, names);
+        let Some((stream, request)) = srv.next_request(&self.node, &self.types, held) else {
             return;
         };
         let server_uri = &srv.config.server_uri;
