@@ -256,3 +256,20 @@ fn switching_back_from_fallback_keeps_the_primarys_timer() {
         "x was subscribed on the connected primary 60 s ago and never sent, yet: {told:?}"
     );
 }
+
+/// Delta, found by the simulator: a name unwatched, watched again and unwatched again
+/// before the change went out is still unsubscribed (seed 19), and
+/// `initial_resource_versions` are read when the request is built, not when the stream
+/// opens (seed 272, every server on delta).
+#[test]
+fn delta_seeds_19_and_272() {
+    let all_delta = SimOptions {
+        delta: Some(true),
+        ..SimOptions::default()
+    };
+    for (seed, opts) in [(19, SimOptions::default()), (272, all_delta)] {
+        if let Err(failure) = sim::run(seed, &opts) {
+            panic!("{failure}");
+        }
+    }
+}
