@@ -21,10 +21,9 @@ use tracing::Instrument;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
-    Action, Code, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError,
-    WatchEvent, WatcherId, XdsClient,
+    Action, AdsRequest, Code, DeltaRequest, Event, Instant, ResourceSnapshot, ServerId, Status,
+    StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
 };
-use xds_proto_core::{AdsRequest, DeltaRequest};
 
 use crate::ads::{Outgoing, Report, StreamTask, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
