@@ -342,4 +342,51 @@ mod tests {
             ]
         );
     }
+
+    fn delta_request(
+        nonce: &str,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+        held: usize,
+        nack: Option<&str>,
+    ) -> ChannelEvent {
+        let (server, server_uri) = server(A);
+        let mut delta = xds_adapter_tokio::DeltaSent::default();
+        delta.unsubscribe = unsubscribe.iter().map(|n| Arc::from(*n)).collect();
+        delta.initial_resource_versions = held;
+        ChannelEvent::RequestSent {
+            server,
+            server_uri,
+            stream: StreamId::from_raw(1),
+            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            version: String::new(),
+            nonce: nonce.to_string(),
+            resource_names: subscribe.iter().map(|n| Arc::from(*n)).collect(),
+            nack: nack.map(str::to_string),
+            delta: Some(delta),
+        }
+    }
+
+    /// Delta requests read as what they change: the names a new stream holds, an ACK
+    /// that also subscribes and unsubscribes, a NACK without a version.
+    #[test]
+    fn delta_requests_say_what_they_change() {
+        let mut story = TransportStory::new(true);
+        let lines: Vec<String> = [
+            delta_request("", &["a", "b"], &[], 1, None),
+            delta_request("n-2", &["c"], &["a"], 0, None),
+            delta_request("n-3", &[], &[], 0, Some("bad cluster")),
+        ]
+        .iter()
+        .filter_map(|e| story.tell(e).line)
+        .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"subscribe CDS ["a", "b"] (holding 1 from an earlier stream)"#,
+                r#"ACK CDS (n-2), subscribe ["c"], unsubscribe ["a"]"#,
+                "NACK CDS (response n-3): bad cluster",
+            ]
+        );
+    }
 }
