@@ -200,3 +200,8 @@ async fn delta_session_with_an_istiod_like_server() {
 async fn delta_silence_about_a_name_is_does_not_exist_after_the_timer() {
     suite::delta_silence_is_does_not_exist_after_the_timer::<AsyncStdRuntime>().await;
 }
+
+#[async_std::test]
+async fn delta_undecodable_response_closes_the_stream() {
+    suite::delta_undecodable_response_closes_the_stream::<AsyncStdRuntime>().await;
+}

@@ -130,3 +130,8 @@ async fn delta_session_with_an_istiod_like_server() {
 async fn delta_silence_about_a_name_is_does_not_exist_after_the_timer() {
     suite::delta_silence_is_does_not_exist_after_the_timer::<TokioRuntime>().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_undecodable_response_closes_the_stream() {
+    suite::delta_undecodable_response_closes_the_stream::<TokioRuntime>().await;
+}

@@ -16,7 +16,8 @@ mod load;
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
 pub use client_closes::client_closed_streams_are_published;
 pub use delta::{
-    delta_session, delta_silence_is_does_not_exist_after_the_timer, istiod_delta_behaviour,
+    delta_session, delta_silence_is_does_not_exist_after_the_timer,
+    delta_undecodable_response_closes_the_stream, istiod_delta_behaviour,
 };
 pub use drops::dropped_watches_are_cancelled;
 pub use faults::{

@@ -350,3 +350,48 @@ pub async fn delta_silence_is_does_not_exist_after_the_timer<R: Runtime>() {
     client.shutdown().await;
     server.stop().await;
 }
+
+/// A message on a delta stream that is no `DeltaDiscoveryResponse`: the client closes
+/// the stream (`INTERNAL`, by itself), opens a new one that names the version it holds,
+/// and its watcher keeps its value and gets the next change.
+pub async fn delta_undecodable_response_closes_the_stream<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let server = LoopbackServer::start();
+    server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
+    let client = builder::<R>(&server.delta_bootstrap_json("undecodable-node"))
+        .build()
+        .expect("client");
+    let mut events = client.channel_events();
+    let mut one = client.watch::<Cds>("cluster-1").await.expect("watch");
+    next_value(&rt, &mut one).await;
+    server.send_undecodable_message();
+    let status = channel_event(
+        &rt,
+        &mut events,
+        PROMPT,
+        "the client's close",
+        |e| match e {
+            ChannelEvent::StreamClosed {
+                status,
+                by_client: true,
+                ..
+            } => Some(status.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(status.code, Code::INTERNAL, "{status}");
+    let again = server_saw(&rt, &server, "the request of the new stream", |reqs, _| {
+        reqs.iter().find(|r| r.stream == 2).cloned()
+    })
+    .await;
+    let held = &again
+        .delta
+        .expect("a delta request")
+        .initial_resource_versions;
+    assert_eq!(held.get("cluster-1").map(String::as_str), Some("1"));
+    server.set_resources(CDS, "2", vec![cluster_with("cluster-1", 5)]);
+    assert_eq!(next_value(&rt, &mut one).await.max_requests, 5);
+    client.shutdown().await;
+    server.stop().await;
+}
