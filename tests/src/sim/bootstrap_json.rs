@@ -48,7 +48,7 @@ fn server(s: &ServerConfig) -> Value {
     let mut server =
         json!({"server_uri": s.server_uri, "channel_creds": [creds], "server_features": features});
     // The default is written only sometimes: absent and explicit must parse the same.
-    if s.is_delta() || s.server_uri.len() % 2 == 0 {
+    if s.is_delta() || s.server_uri.len().is_multiple_of(2) {
         server["api_type"] = json!(s.api_type.as_str());
     }
     server
