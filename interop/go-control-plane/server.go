@@ -1,8 +1,12 @@
 // Command go-xds-server is a small xDS management server built on
-// go-control-plane's snapshot cache and SotW ADS server. It is the third-party
-// peer of xds-proto's interop test (tests/tests/interop_go_control_plane.rs).
+// go-control-plane's snapshot cache and ADS server. It is the third-party peer
+// of xds-proto's interop test (tests/tests/interop_go_control_plane.rs).
 //
-// It serves, for one node id, over ADS only (SotW):
+// It serves, for one node id, over ADS only, both State of the World
+// (StreamAggregatedResources) and delta (DeltaAggregatedResources: the snapshot
+// cache computes each resource's version as a hash of its bytes, sends a delta
+// stream only the resources whose version differs from what the stream has,
+// initial_resource_versions included, and names removed ones):
 //   - one client-side API listener (LDS) whose HttpConnectionManager gets its
 //     route configuration over RDS from ADS, with the router filter;
 //   - one route configuration (RDS) with one route per cluster,
@@ -19,10 +23,12 @@
 // ...; cluster split-k is EDS, round robin, with one endpoint 127.0.0.1:Pk. The
 // channel interop test sends RPCs through it to echo backends on those ports.
 //
-// Snapshot version v (starting at 1) gives cluster i (0-based) the endpoint
-// 127.0.0.1:EndpointPort(v, i) = 20000 + ((v-1) mod 20)*2000 + i
+// Endpoint epoch e (starting at 1; "update" bumps it) gives cluster i (0-based)
+// the endpoint 127.0.0.1:EndpointPort(e, i) = 20000 + ((e-1) mod 20)*2000 + i
 // (N may be at most 2000), plus, with -endpoints K > 1, the same port on
-// 127.0.0.2 .. 127.0.0.K. Every resource type carries the snapshot version.
+// 127.0.0.2 .. 127.0.0.K. Every command that changes the snapshot bumps the
+// snapshot version v (starting at 1), which every resource type carries; while
+// only "update" is used, e = v.
 //
 // The snapshot cache runs in ADS mode by default, as ADS control planes built
 // on go-control-plane usually do: it answers a CDS or EDS request only once the
@@ -33,9 +39,14 @@
 //
 // Line protocol. Commands on stdin, one a line:
 //
-//	update   install snapshot version v+1 (new endpoints for every cluster)
-//	stats    print counters (see below)
-//	quit     exit
+//	update            install snapshot version v+1 with new endpoints for every cluster
+//	touch-cluster i   install snapshot version v+1 in which only cluster i changed
+//	                  (its circuit breaker's max_requests becomes 100*t at its t-th touch)
+//	remove-cluster i  install snapshot version v+1 without cluster i and its endpoints
+//	restart           drop every connection and listen again on the same port, with the
+//	                  same cache (clients reconnect: delta ones with initial_resource_versions)
+//	stats             print counters (see below)
+//	quit              exit
 //
 // SIGUSR1 does the same as "update". With -exit-on-eof (the default) the
 // server exits when stdin closes, so it never outlives the test that started it.
@@ -44,6 +55,7 @@
 //
 //	READY <port>
 //	UPDATED <version>
+//	RESTARTED <port>
 //	NACK type=<type_url> version=<rejected version> nonce=<nonce> error=<quoted message>
 //	STATS <key>=<value> ...            (one line, in answer to "stats")
 //	TYPE <type_url> <key>=<value> ...  (one line per type seen, before the STATS line)
@@ -52,12 +64,18 @@
 // acks, nacks, unanswered (responses that got neither ACK nor NACK yet).
 // TYPE keys: sent (version of the last response), acked (version of the last
 // ACK), responses, acks, nacks, requests, names (resource names in the
-// last request).
+// last request; on delta, the names it subscribed to), resources and removed
+// (resources and removed names in the last response), initial (delta: the
+// initial_resource_versions of the last request that had any), settled
+// (whether the last response was ACKed or NACKed).
+// STATS keys also count delta_streams and delta_requests.
 //
 // Every request and response is also logged on stderr, one line each:
 //
 //	REQ stream=<id> type=<url> version=<v> nonce=<n> names=<count> ack|nack|initial [error=...]
 //	RESP stream=<id> type=<url> version=<v> nonce=<n> resources=<count>
+//	DREQ stream=<id> type=<url> nonce=<n> subscribe=<count> unsubscribe=<count> initial=<count> ack|nack|initial [error=...]
+//	DRESP stream=<id> type=<url> version=<v> nonce=<n> resources=<count> removed=<count> bytes=<size>
 package main
 
 import (
@@ -174,7 +192,19 @@ func makeRoute(cfg *config) *routev3.RouteConfiguration {
 	}
 }
 
-func makeCluster(cfg *config, i int) *clusterv3.Cluster {
+// world is what the snapshot is built from: the commands change it.
+type world struct {
+	version int          // snapshot version
+	epoch   int          // endpoint epoch (see EndpointPort)
+	touches map[int]int  // cluster index -> times touched
+	removed map[int]bool // removed cluster indices
+}
+
+func newWorld() *world {
+	return &world{version: 1, epoch: 1, touches: map[int]int{}, removed: map[int]bool{}}
+}
+
+func makeCluster(cfg *config, w *world, i int) *clusterv3.Cluster {
 	eds := adsSource()
 	if i == cfg.invalid {
 		// gRPC clients accept only ads or self config sources for EDS.
@@ -183,17 +213,23 @@ func makeCluster(cfg *config, i int) *clusterv3.Cluster {
 			ConfigSourceSpecifier: &corev3.ConfigSource_Path{Path: "/nonexistent/eds.yaml"},
 		}
 	}
-	return &clusterv3.Cluster{
+	c := &clusterv3.Cluster{
 		Name:                 ClusterName(i),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: eds},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		ConnectTimeout:       durationpb.New(time.Second),
 	}
+	if t := w.touches[i]; t > 0 {
+		c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			MaxRequests: wrapperspb.UInt32(uint32(100 * t)),
+		}}}
+	}
+	return c
 }
 
-func makeEndpoints(cfg *config, version, i int) *endpointv3.ClusterLoadAssignment {
-	port := uint32(EndpointPort(version, i))
+func makeEndpoints(cfg *config, epoch, i int) *endpointv3.ClusterLoadAssignment {
+	port := uint32(EndpointPort(epoch, i))
 	lbs := make([]*endpointv3.LbEndpoint, 0, cfg.endpoints)
 	for k := 0; k < cfg.endpoints; k++ {
 		lbs = append(lbs, &endpointv3.LbEndpoint{
@@ -218,15 +254,19 @@ func makeEndpoints(cfg *config, version, i int) *endpointv3.ClusterLoadAssignmen
 	}
 }
 
-// makeSnapshot builds snapshot version `version`. It is consistent by
-// construction; Snapshot.Consistent() is not used because it does not follow
-// an API listener's RDS reference (it counts only socket listeners' routes).
-func makeSnapshot(cfg *config, version int) (*cachev3.Snapshot, error) {
+// makeSnapshot builds the snapshot of `w`. It is consistent by construction
+// (a removed cluster keeps its route, which a client may watch or not);
+// Snapshot.Consistent() is not used because it does not follow an API
+// listener's RDS reference (it counts only socket listeners' routes).
+func makeSnapshot(cfg *config, w *world) (*cachev3.Snapshot, error) {
 	clusters := make([]types.Resource, 0, cfg.clusters)
 	endpoints := make([]types.Resource, 0, cfg.clusters)
 	for i := 0; i < cfg.clusters; i++ {
-		clusters = append(clusters, makeCluster(cfg, i))
-		endpoints = append(endpoints, makeEndpoints(cfg, version, i))
+		if w.removed[i] {
+			continue
+		}
+		clusters = append(clusters, makeCluster(cfg, w, i))
+		endpoints = append(endpoints, makeEndpoints(cfg, w.epoch, i))
 	}
 	resources := map[resourcev3.Type][]types.Resource{
 		resourcev3.ListenerType: {makeListener(cfg)},
@@ -235,7 +275,7 @@ func makeSnapshot(cfg *config, version int) (*cachev3.Snapshot, error) {
 		resourcev3.EndpointType: endpoints,
 	}
 	addSplit(cfg, resources)
-	return cachev3.NewSnapshot(strconv.Itoa(version), resources)
+	return cachev3.NewSnapshot(strconv.Itoa(w.version), resources)
 }
 
 // ---- the data-plane split (-split) ----
@@ -327,19 +367,23 @@ type typeStats struct {
 	sent, acked                 string
 	responses, acks, nacks, req int
 	names                       int
+	resources, removed, initial int
+	last                        string // "<stream>/<nonce>" of the last response
 }
 
 type tracker struct {
-	mu        sync.Mutex
-	out       *bufio.Writer // stdout, guarded by mu
-	streams   int
-	requests  int
-	responses int
-	acks      int
-	nacks     int
-	sent      map[string]*sentResponse // by "<stream>/<nonce>"
-	types     map[string]*typeStats
-	version   int
+	mu            sync.Mutex
+	out           *bufio.Writer // stdout, guarded by mu
+	streams       int
+	deltaStreams  int
+	deltaRequests int
+	requests      int
+	responses     int
+	acks          int
+	nacks         int
+	sent          map[string]*sentResponse // by "<stream>/<nonce>"
+	types         map[string]*typeStats
+	version       int
 }
 
 func newTracker() *tracker {
@@ -368,54 +412,104 @@ func (t *tracker) typ(url string) *typeStats {
 func (t *tracker) onRequest(stream int64, req *discoveryv3.DiscoveryRequest) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.requests++
-	ts := t.typ(req.GetTypeUrl())
-	ts.req++
+	ts := t.countRequest(stream, req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
 	ts.names = len(req.GetResourceNames())
-	kind := "initial"
-	key := fmt.Sprintf("%d/%s", stream, req.GetResponseNonce())
-	if req.GetResponseNonce() != "" {
-		if req.GetErrorDetail() != nil {
-			kind = "nack"
-		} else {
-			kind = "ack"
-		}
-		if s, ok := t.sent[key]; ok && s.state == 0 {
-			if kind == "ack" {
-				s.state = 1
-				t.acks++
-				ts.acks++
-				ts.acked = s.version
-			} else {
-				s.state = 2
-				t.nacks++
-				ts.nacks++
-			}
-		} else if kind == "nack" {
-			// A NACK of an unknown or already answered nonce still counts.
-			t.nacks++
-			ts.nacks++
-		}
-	}
 	errText := ""
 	if d := req.GetErrorDetail(); d != nil {
 		errText = fmt.Sprintf(" error=%q", d.GetMessage())
 		t.println("NACK type=%s version=%s nonce=%s error=%q", req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), d.GetMessage())
 	}
 	fmt.Fprintf(os.Stderr, "REQ stream=%d type=%s version=%q nonce=%q names=%d %s%s\n",
-		stream, req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), len(req.GetResourceNames()), kind, errText)
+		stream, req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), len(req.GetResourceNames()), requestKind(req.GetResponseNonce(), req.GetErrorDetail() != nil), errText)
+}
+
+func (t *tracker) onDeltaRequest(stream int64, req *discoveryv3.DeltaDiscoveryRequest) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.deltaRequests++
+	ts := t.countRequest(stream, req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail() != nil)
+	ts.names = len(req.GetResourceNamesSubscribe())
+	if n := len(req.GetInitialResourceVersions()); n > 0 {
+		ts.initial = n
+	}
+	errText := ""
+	if d := req.GetErrorDetail(); d != nil {
+		errText = fmt.Sprintf(" error=%q", d.GetMessage())
+		t.println("NACK type=%s version=- nonce=%s error=%q", req.GetTypeUrl(), req.GetResponseNonce(), d.GetMessage())
+	}
+	fmt.Fprintf(os.Stderr, "DREQ stream=%d type=%s nonce=%q subscribe=%d unsubscribe=%d initial=%d %s%s\n",
+		stream, req.GetTypeUrl(), req.GetResponseNonce(), len(req.GetResourceNamesSubscribe()),
+		len(req.GetResourceNamesUnsubscribe()), len(req.GetInitialResourceVersions()),
+		requestKind(req.GetResponseNonce(), req.GetErrorDetail() != nil), errText)
+}
+
+func requestKind(nonce string, nack bool) string {
+	switch {
+	case nonce == "":
+		return "initial"
+	case nack:
+		return "nack"
+	default:
+		return "ack"
+	}
+}
+
+// countRequest counts a request of either variant and matches its nonce to the
+// response it answers; the caller holds t.mu.
+func (t *tracker) countRequest(stream int64, typeURL, nonce string, nack bool) *typeStats {
+	t.requests++
+	ts := t.typ(typeURL)
+	ts.req++
+	if nonce == "" {
+		return ts
+	}
+	if s, ok := t.sent[fmt.Sprintf("%d/%s", stream, nonce)]; ok && s.state == 0 {
+		if !nack {
+			s.state = 1
+			t.acks++
+			ts.acks++
+			ts.acked = s.version
+		} else {
+			s.state = 2
+			t.nacks++
+			ts.nacks++
+		}
+	} else if nack {
+		// A NACK of an unknown or already answered nonce still counts.
+		t.nacks++
+		ts.nacks++
+	}
+	return ts
 }
 
 func (t *tracker) onResponse(stream int64, resp *discoveryv3.DiscoveryResponse) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.responses++
-	ts := t.typ(resp.GetTypeUrl())
-	ts.responses++
-	ts.sent = resp.GetVersionInfo()
-	t.sent[fmt.Sprintf("%d/%s", stream, resp.GetNonce())] = &sentResponse{typeURL: resp.GetTypeUrl(), version: resp.GetVersionInfo()}
+	ts := t.countResponse(stream, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
+	ts.resources, ts.removed = len(resp.GetResources()), 0
 	fmt.Fprintf(os.Stderr, "RESP stream=%d type=%s version=%q nonce=%q resources=%d\n",
 		stream, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()))
+}
+
+func (t *tracker) onDeltaResponse(stream int64, resp *discoveryv3.DeltaDiscoveryResponse) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ts := t.countResponse(stream, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
+	ts.resources, ts.removed = len(resp.GetResources()), len(resp.GetRemovedResources())
+	fmt.Fprintf(os.Stderr, "DRESP stream=%d type=%s version=%q nonce=%q resources=%d removed=%d bytes=%d\n",
+		stream, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), len(resp.GetResources()),
+		len(resp.GetRemovedResources()), proto.Size(resp))
+}
+
+// countResponse counts a response of either variant; the caller holds t.mu.
+func (t *tracker) countResponse(stream int64, typeURL, version, nonce string) *typeStats {
+	t.responses++
+	ts := t.typ(typeURL)
+	ts.responses++
+	ts.sent = version
+	ts.last = fmt.Sprintf("%d/%s", stream, nonce)
+	t.sent[ts.last] = &sentResponse{typeURL: typeURL, version: version}
+	return ts
 }
 
 func (t *tracker) printStats() {
@@ -434,11 +528,15 @@ func (t *tracker) printStats() {
 	sort.Strings(urls)
 	for _, u := range urls {
 		s := t.types[u]
-		t.println("TYPE %s sent=%s acked=%s responses=%d acks=%d nacks=%d requests=%d names=%d",
-			u, orDash(s.sent), orDash(s.acked), s.responses, s.acks, s.nacks, s.req, s.names)
+		settled := true
+		if r, ok := t.sent[s.last]; ok && r.state == 0 {
+			settled = false
+		}
+		t.println("TYPE %s sent=%s acked=%s responses=%d acks=%d nacks=%d requests=%d names=%d resources=%d removed=%d initial=%d settled=%t",
+			u, orDash(s.sent), orDash(s.acked), s.responses, s.acks, s.nacks, s.req, s.names, s.resources, s.removed, s.initial, settled)
 	}
-	t.println("STATS version=%d streams=%d requests=%d responses=%d acks=%d nacks=%d unanswered=%d",
-		t.version, t.streams, t.requests, t.responses, t.acks, t.nacks, unanswered)
+	t.println("STATS version=%d streams=%d requests=%d responses=%d acks=%d nacks=%d unanswered=%d delta_streams=%d delta_requests=%d",
+		t.version, t.streams, t.requests, t.responses, t.acks, t.nacks, unanswered, t.deltaStreams, t.deltaRequests)
 }
 
 func orDash(s string) string {
@@ -498,31 +596,33 @@ func main() {
 	tr := newTracker()
 	cache := cachev3.NewSnapshotCache(cfg.ads, cachev3.IDHash{}, stderrLogger(cfg.verbose))
 
-	// install serialises snapshot versions (stdin and SIGUSR1 may race).
+	// install serialises snapshot changes (stdin and SIGUSR1 may race): it applies
+	// `change` to the world and installs the next snapshot version.
+	w := newWorld()
 	var installMu sync.Mutex
-	install := func() {
+	install := func(change func(*world)) {
 		installMu.Lock()
 		defer installMu.Unlock()
-		tr.mu.Lock()
-		v := tr.version + 1
-		tr.mu.Unlock()
-		snap, err := makeSnapshot(cfg, v)
+		w.version++
+		change(w)
+		snap, err := makeSnapshot(cfg, w)
 		if err == nil {
 			err = cache.SetSnapshot(ctx, cfg.nodeID, snap)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "go-xds-server: snapshot %d: %v\n", v, err)
+			fmt.Fprintf(os.Stderr, "go-xds-server: snapshot %d: %v\n", w.version, err)
 			os.Exit(1)
 		}
 		tr.mu.Lock()
-		tr.version = v
-		tr.println("UPDATED %d", v)
+		tr.version = w.version
+		tr.println("UPDATED %d", w.version)
 		tr.mu.Unlock()
-		fmt.Fprintf(os.Stderr, "SNAPSHOT version=%d node=%s clusters=%d\n", v, cfg.nodeID, cfg.clusters)
+		fmt.Fprintf(os.Stderr, "SNAPSHOT version=%d node=%s clusters=%d removed=%d\n", w.version, cfg.nodeID, cfg.clusters, len(w.removed))
 	}
+	newEndpoints := func(w *world) { w.epoch++ }
 
 	// The first snapshot is set before serving, silently: READY means version 1 is there.
-	if snap, err := makeSnapshot(cfg, 1); err != nil {
+	if snap, err := makeSnapshot(cfg, w); err != nil {
 		fmt.Fprintf(os.Stderr, "go-xds-server: snapshot 1: %v\n", err)
 		os.Exit(1)
 	} else if err := cache.SetSnapshot(ctx, cfg.nodeID, snap); err != nil {
@@ -549,29 +649,69 @@ func main() {
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			tr.onResponse(id, resp)
 		},
+		DeltaStreamOpenFunc: func(_ context.Context, id int64, typ string) error {
+			tr.mu.Lock()
+			tr.streams++
+			tr.deltaStreams++
+			tr.mu.Unlock()
+			fmt.Fprintf(os.Stderr, "OPEN delta stream=%d type=%q\n", id, typ)
+			return nil
+		},
+		DeltaStreamClosedFunc: func(id int64, node *corev3.Node) {
+			fmt.Fprintf(os.Stderr, "CLOSE delta stream=%d node=%q\n", id, node.GetId())
+		},
+		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			tr.onDeltaRequest(id, req)
+			return nil
+		},
+		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
+			tr.onDeltaResponse(id, resp)
+		},
 	}
 	xds := serverv3.NewServer(ctx, cache, callbacks)
 
-	grpcServer := grpc.NewServer(
-		grpc.MaxConcurrentStreams(1000),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(grpcServer, xds)
-
-	lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.port)))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go-xds-server: listen: %v\n", err)
-		os.Exit(1)
-	}
-	go func() {
-		if err := grpcServer.Serve(lis); err != nil {
-			fmt.Fprintf(os.Stderr, "go-xds-server: serve: %v\n", err)
+	// serve starts a gRPC server on `addr`; "restart" stops it and serves again.
+	var serverMu sync.Mutex
+	var grpcServer *grpc.Server
+	serve := func(addr string) *net.TCPAddr {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "go-xds-server: listen: %v\n", err)
 			os.Exit(1)
 		}
-	}()
+		s := grpc.NewServer(
+			grpc.MaxConcurrentStreams(1000),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		)
+		discoveryv3.RegisterAggregatedDiscoveryServiceServer(s, xds)
+		go func() {
+			// Serve returns nil once stopped.
+			if err := s.Serve(lis); err != nil {
+				fmt.Fprintf(os.Stderr, "go-xds-server: serve: %v\n", err)
+				os.Exit(1)
+			}
+		}()
+		grpcServer = s
+		return lis.Addr().(*net.TCPAddr)
+	}
+	stop := func() {
+		serverMu.Lock()
+		defer serverMu.Unlock()
+		grpcServer.Stop()
+	}
+	bound := serve(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.port)))
+	restart := func() {
+		serverMu.Lock()
+		defer serverMu.Unlock()
+		grpcServer.Stop()
+		serve(bound.String())
+		tr.mu.Lock()
+		tr.println("RESTARTED %d", bound.Port)
+		tr.mu.Unlock()
+	}
 
 	tr.mu.Lock()
-	tr.println("READY %d", lis.Addr().(*net.TCPAddr).Port)
+	tr.println("READY %d", bound.Port)
 	tr.mu.Unlock()
 	fmt.Fprintf(os.Stderr, "SNAPSHOT version=1 node=%s clusters=%d\n", cfg.nodeID, cfg.clusters)
 
@@ -584,17 +724,32 @@ func main() {
 	go func() {
 		scanner := bufio.NewScanner(os.Stdin)
 		for scanner.Scan() {
-			switch cmd := strings.TrimSpace(scanner.Text()); cmd {
-			case "":
-			case "update":
-				install()
-			case "stats":
+			words := strings.Fields(scanner.Text())
+			if len(words) == 0 {
+				continue
+			}
+			index := -1
+			if len(words) == 2 {
+				if i, err := strconv.Atoi(words[1]); err == nil && i >= 0 && i < cfg.clusters {
+					index = i
+				}
+			}
+			switch cmd := words[0]; {
+			case cmd == "update" && len(words) == 1:
+				install(newEndpoints)
+			case cmd == "touch-cluster" && index >= 0:
+				install(func(w *world) { w.touches[index]++ })
+			case cmd == "remove-cluster" && index >= 0:
+				install(func(w *world) { w.removed[index] = true })
+			case cmd == "restart" && len(words) == 1:
+				restart()
+			case cmd == "stats" && len(words) == 1:
 				tr.printStats()
-			case "quit":
+			case cmd == "quit" && len(words) == 1:
 				close(done)
 				return
 			default:
-				fmt.Fprintf(os.Stderr, "go-xds-server: unknown command %q (update|stats|quit)\n", cmd)
+				fmt.Fprintf(os.Stderr, "go-xds-server: unknown command %q (update|touch-cluster i|remove-cluster i|restart|stats|quit)\n", scanner.Text())
 			}
 		}
 		if cfg.exitOnEOF {
@@ -605,12 +760,12 @@ func main() {
 	for {
 		select {
 		case <-usr1:
-			install()
+			install(newEndpoints)
 		case <-term:
-			grpcServer.Stop()
+			stop()
 			return
 		case <-done:
-			grpcServer.Stop()
+			stop()
 			return
 		}
 	}

@@ -27,10 +27,13 @@
 //! 4. no watch ever sees an error.
 //!
 //! `channel` sends RPCs through an `xds:///` channel whose configuration the go server
-//! serves (an 80/20 split over two clusters of echo backends).
+//! serves (an 80/20 split over two clusters of echo backends). `delta` runs the chain
+//! over delta xDS against the same server.
 
 #[path = "interop_go_control_plane/channel.rs"]
 mod channel;
+#[path = "interop_go_control_plane/delta.rs"]
+mod delta;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
@@ -171,10 +174,10 @@ fn parse_pairs<'a>(words: impl Iterator<Item = &'a str>) -> HashMap<String, Stri
 }
 
 impl GoServer {
-    async fn start(binary: &Path, ads: bool) -> GoServer {
+    /// Starts the server; `label` names its stderr log (one per test).
+    async fn start(binary: &Path, label: &str, ads: bool) -> GoServer {
         let stderr_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "interop-go-control-plane-{}-{}.stderr",
-            if ads { "ads" } else { "per-request" },
+            "interop-go-control-plane-{label}-{}.stderr",
             std::process::id()
         ));
         let stderr = std::fs::File::create(&stderr_path).expect("create the server's stderr log");
@@ -494,9 +497,14 @@ async fn run_until(
 }
 
 fn bootstrap(port: u16) -> String {
+    bootstrap_with(port, "")
+}
+
+/// A bootstrap whose server entry has `extra` fields (", \"api_type\": ...").
+fn bootstrap_with(port: u16, extra: &str) -> String {
     format!(
         r#"{{
-  "xds_servers": [{{"server_uri": "127.0.0.1:{port}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"]}}],
+  "xds_servers": [{{"server_uri": "127.0.0.1:{port}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"]{extra}}}],
   "node": {{"id": "{NODE_ID}", "cluster": "interop"}}
 }}"#
     )
@@ -537,7 +545,8 @@ async fn follow_go_control_plane(ads: bool) {
     let mode = if ads { "ADS mode" } else { "per-request mode" };
 
     let started = Instant::now();
-    let mut server = GoServer::start(&binary, ads).await;
+    let label = if ads { "ads" } else { "per-request" };
+    let mut server = GoServer::start(&binary, label, ads).await;
     eprintln!(
         "{mode}: go-control-plane server on 127.0.0.1:{} (log: {})",
         server.port,

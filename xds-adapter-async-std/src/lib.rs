@@ -98,8 +98,8 @@ pub use xds_adapter_common::metrics;
 pub use xds_adapter_common::{
     CHANNEL_EVENT_BUFFER, ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream,
     ConfigUpdate, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
-    DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, Error, KeepaliveSettings, RawWatchStream, ResponseBody,
-    Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
+    DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, DeltaSent, Error, KeepaliveSettings, RawWatchStream,
+    ResponseBody, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;

@@ -185,3 +185,23 @@ async fn a_stuck_watcher_holds_only_the_newest_state() {
 async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
     suite::slow_driver_slows_a_fast_server::<AsyncStdRuntime>().await;
 }
+
+#[async_std::test]
+async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions() {
+    suite::delta_session::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
+async fn delta_session_with_an_istiod_like_server() {
+    suite::istiod_delta_behaviour::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
+async fn delta_silence_about_a_name_is_does_not_exist_after_the_timer() {
+    suite::delta_silence_is_does_not_exist_after_the_timer::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
+async fn delta_undecodable_response_closes_the_stream() {
+    suite::delta_undecodable_response_closes_the_stream::<AsyncStdRuntime>().await;
+}

@@ -1,6 +1,7 @@
-//! One ADS stream: the codec (the core's `AdsRequest` out, raw bytes in), the
-//! request stream that reports when HTTP/2 takes each request, and the task that runs
-//! the stream and reports what happens to it.
+//! One ADS stream: the codec (the core's `AdsRequest` or `DeltaRequest` out, raw
+//! bytes in), the request stream that reports when HTTP/2 takes each request, and the
+//! task that runs the stream (`StreamAggregatedResources`, or
+//! `DeltaAggregatedResources` for a delta server) and reports what happens to it.
 
 use std::pin::{Pin, pin};
 use std::sync::Arc;
@@ -12,8 +13,8 @@ use futures::channel::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 use futures::future::{self, Either};
 use futures::{SinkExt, Stream};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use xds_proto_core::AdsRequest;
 use xds_proto_core::bootstrap::ServerConfig;
+use xds_proto_core::{AdsRequest, DeltaRequest};
 use xds_proto_core::{Code, ServerId, Status, StreamId};
 
 use crate::frames::ConnectionState;
@@ -52,12 +53,22 @@ pub(crate) enum TaskMessage {
     },
 }
 
-/// Encodes the core's requests; hands responses over undecoded.
+/// A request of either ADS variant, as the core emitted it.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// On a SotW stream.
+    Sotw(Box<AdsRequest>),
+    /// On a delta stream.
+    Delta(Box<DeltaRequest>),
+}
+
+/// Encodes the core's requests; hands responses (`DiscoveryResponse` or
+/// `DeltaDiscoveryResponse`) over undecoded.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AdsCodec;
 
 impl Codec for AdsCodec {
-    type Encode = AdsRequest;
+    type Encode = Outgoing;
     type Decode = Bytes;
     type Encoder = AdsCodec;
     type Decoder = AdsCodec;
@@ -72,12 +83,20 @@ impl Codec for AdsCodec {
 }
 
 impl Encoder for AdsCodec {
-    type Item = AdsRequest;
+    type Item = Outgoing;
     type Error = tonic::Status;
 
-    fn encode(&mut self, item: AdsRequest, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.reserve(item.encoded_len());
-        item.encode(dst);
+    fn encode(&mut self, item: Outgoing, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        match item {
+            Outgoing::Sotw(request) => {
+                dst.reserve(request.encoded_len());
+                request.encode(dst);
+            }
+            Outgoing::Delta(request) => {
+                dst.reserve(request.encoded_len());
+                request.encode(dst);
+            }
+        }
         Ok(())
     }
 }
@@ -94,7 +113,7 @@ impl Decoder for AdsCodec {
 /// The request side of the stream: yields the driver's queued requests to tonic, and
 /// reports `Started` at the first poll and `Sent` for every request taken.
 struct RequestStream {
-    requests: UnboundedReceiver<AdsRequest>,
+    requests: UnboundedReceiver<Outgoing>,
     reports: UnboundedSender<TaskMessage>,
     stream: StreamId,
     started: bool,
@@ -110,9 +129,9 @@ impl RequestStream {
 }
 
 impl Stream for RequestStream {
-    type Item = AdsRequest;
+    type Item = Outgoing;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AdsRequest>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Outgoing>> {
         if !self.started {
             self.started = true;
             self.report(Report::Started);
@@ -179,7 +198,7 @@ pub(crate) struct StreamTask<R> {
     pub(crate) stream: StreamId,
     pub(crate) slot: Arc<ChannelSlot>,
     pub(crate) settings: Arc<TransportSettings>,
-    pub(crate) requests: UnboundedReceiver<AdsRequest>,
+    pub(crate) requests: UnboundedReceiver<Outgoing>,
     /// Every report but the inbound ones: few and small, never held back.
     pub(crate) reports: UnboundedSender<TaskMessage>,
     /// Responses, and the end of the stream after them: bounded, so that the task
@@ -253,7 +272,12 @@ impl<R: Runtime> StreamTask<R> {
             stream: self.stream,
             started: false,
         };
-        let path = http::uri::PathAndQuery::from_static(crate::ADS_METHOD);
+        let method = if self.config.is_delta() {
+            crate::DELTA_ADS_METHOD
+        } else {
+            crate::ADS_METHOD
+        };
+        let path = http::uri::PathAndQuery::from_static(method);
         let response = grpc
             .streaming(tonic::Request::new(body), path, AdsCodec)
             .await;
@@ -295,14 +319,21 @@ mod tests {
 
     use super::*;
 
-    fn request(type_url: &'static str) -> AdsRequest {
-        AdsRequest {
+    fn request(type_url: &'static str) -> Outgoing {
+        Outgoing::Sotw(Box::new(AdsRequest {
             version_info: String::new(),
             node: None,
             resource_names: Arc::from([]),
             type_url,
             response_nonce: String::new(),
             error_detail: None,
+        }))
+    }
+
+    fn type_url_of(request: &Outgoing) -> &'static str {
+        match request {
+            Outgoing::Sotw(r) => r.type_url,
+            Outgoing::Delta(r) => r.type_url,
         }
     }
 
@@ -333,7 +364,7 @@ mod tests {
             .now_or_never()
             .flatten()
             .expect("the first request");
-        assert_eq!(first.type_url, "a");
+        assert_eq!(type_url_of(&first), "a");
         assert_eq!(reports(&mut reports_rx), vec!["Started", "Sent"]);
 
         let second = body
@@ -341,7 +372,7 @@ mod tests {
             .now_or_never()
             .flatten()
             .expect("the second request");
-        assert_eq!(second.type_url, "b");
+        assert_eq!(type_url_of(&second), "b");
         assert_eq!(reports(&mut reports_rx), vec!["Sent"]);
 
         assert!(
@@ -353,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_first_poll_reports_the_stream_started_even_with_nothing_queued() {
-        let (_queue, requests) = mpsc::unbounded::<AdsRequest>();
+        let (_queue, requests) = mpsc::unbounded::<Outgoing>();
         let (reports_tx, mut reports_rx) = mpsc::unbounded();
         let mut body = RequestStream {
             requests,

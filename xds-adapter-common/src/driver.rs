@@ -18,15 +18,14 @@ use futures::channel::oneshot;
 use futures::future::{AbortHandle, Abortable};
 use futures::{FutureExt, StreamExt};
 use tracing::Instrument;
-use xds_proto_core::AdsRequest;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
-    Action, Code, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError,
-    WatchEvent, WatcherId, XdsClient,
+    Action, AdsRequest, Code, DeltaRequest, Event, Instant, ResourceSnapshot, ServerId, Status,
+    StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
 };
 
-use crate::ads::{Report, StreamTask, TaskMessage};
+use crate::ads::{Outgoing, Report, StreamTask, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
 use crate::events::EventSender;
 use crate::metrics::MetricsExporter;
@@ -95,14 +94,17 @@ pub enum ChannelEvent {
         stream: StreamId,
         /// The request's type URL.
         type_url: &'static str,
-        /// Its `version_info`.
+        /// Its `version_info` (empty on a delta stream).
         version: String,
         /// Its `response_nonce` (empty for a subscription without a response yet).
         nonce: String,
-        /// The subscribed names (shared with the request).
+        /// The subscribed names (shared with the request); on a delta stream, the
+        /// names it subscribes to (`resource_names_subscribe`).
         resource_names: Arc<[Arc<str>]>,
         /// The NACK's `error_detail` message, when it is a NACK.
         nack: Option<String>,
+        /// What a delta request carried besides; `None` on a SotW stream.
+        delta: Option<DeltaSent>,
     },
     /// A response arrived on the stream.
     ResponseReceived {
@@ -148,6 +150,17 @@ pub enum ChannelEvent {
     },
 }
 
+/// What a delta request carried that a SotW request has not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeltaSent {
+    /// `resource_names_unsubscribe`.
+    pub unsubscribe: Vec<Arc<str>>,
+    /// How many `initial_resource_versions` it named (on a type's first request of a
+    /// new stream: the resources the client holds).
+    pub initial_resource_versions: usize,
+}
+
 /// How many responses may wait between the stream tasks and the driver (plus one per
 /// stream task, which futures' bounded channel guarantees each sender). A stream task
 /// holding a response it cannot hand over reads no further, so the server is slowed by
@@ -184,12 +197,40 @@ struct QueuedRequest {
     nonce: String,
     resource_names: Arc<[Arc<str>]>,
     nack: Option<String>,
+    delta: Option<DeltaSent>,
+}
+
+impl QueuedRequest {
+    fn sotw(request: &AdsRequest) -> QueuedRequest {
+        QueuedRequest {
+            type_url: request.type_url,
+            version: request.version_info.clone(),
+            nonce: request.response_nonce.clone(),
+            resource_names: request.resource_names.clone(),
+            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
+            delta: None,
+        }
+    }
+
+    fn delta(request: &DeltaRequest) -> QueuedRequest {
+        QueuedRequest {
+            type_url: request.type_url,
+            version: String::new(),
+            nonce: request.response_nonce.clone(),
+            resource_names: request.resource_names_subscribe.iter().cloned().collect(),
+            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
+            delta: Some(DeltaSent {
+                unsubscribe: request.resource_names_unsubscribe.clone(),
+                initial_resource_versions: request.initial_resource_versions.len(),
+            }),
+        }
+    }
 }
 
 struct StreamEntry {
     server: ServerId,
     server_uri: Arc<str>,
-    requests: UnboundedSender<AdsRequest>,
+    requests: UnboundedSender<Outgoing>,
     abort: AbortHandle,
     queued: VecDeque<QueuedRequest>,
     span: tracing::Span,
@@ -488,6 +529,7 @@ impl<R: Runtime> Driver<R> {
                         version = %q.version,
                         nonce = %q.nonce,
                         nack = ?q.nack,
+                        delta = ?q.delta,
                         "request sent"
                     );
                     self.publish(ChannelEvent::RequestSent {
@@ -499,6 +541,7 @@ impl<R: Runtime> Driver<R> {
                         nonce: q.nonce,
                         resource_names: q.resource_names,
                         nack: q.nack,
+                        delta: q.delta,
                     });
                 }
                 self.core.handle_event(now, Event::RequestSent { stream });
@@ -592,28 +635,12 @@ impl<R: Runtime> Driver<R> {
                 });
             }
             Action::SendRequest { stream, request } => {
-                let Some(entry) = self.streams.get_mut(&stream) else {
-                    return;
-                };
-                let nack = request.error_detail.as_ref().map(|s| s.message.clone());
-                entry.span.in_scope(|| {
-                    tracing::debug!(
-                        type_url = %request.type_url,
-                        resources = ?request.resource_names,
-                        version = %request.version_info,
-                        nonce = %request.response_nonce,
-                        nack = ?nack,
-                        "request queued"
-                    )
-                });
-                entry.queued.push_back(QueuedRequest {
-                    type_url: request.type_url,
-                    version: request.version_info.clone(),
-                    nonce: request.response_nonce.clone(),
-                    resource_names: request.resource_names.clone(),
-                    nack,
-                });
-                let _ = entry.requests.unbounded_send(*request);
+                let queued = QueuedRequest::sotw(&request);
+                self.queue_request(stream, queued, Outgoing::Sotw(request));
+            }
+            Action::SendDeltaRequest { stream, request } => {
+                let queued = QueuedRequest::delta(&request);
+                self.queue_request(stream, queued, Outgoing::Delta(request));
             }
             Action::CloseStream { stream } => {
                 if let Some(entry) = self.streams.remove(&stream) {
@@ -665,6 +692,27 @@ impl<R: Runtime> Driver<R> {
             }
             other => tracing::warn!(action = ?other, "action this driver does not know; ignored"),
         }
+    }
+
+    /// Hands a request to its stream's task, and remembers its summary for the
+    /// `RequestSent` event when HTTP/2 takes it.
+    fn queue_request(&mut self, stream: StreamId, queued: QueuedRequest, request: Outgoing) {
+        let Some(entry) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        entry.span.in_scope(|| {
+            tracing::debug!(
+                type_url = %queued.type_url,
+                resources = ?queued.resource_names,
+                version = %queued.version,
+                nonce = %queued.nonce,
+                nack = ?queued.nack,
+                delta = ?queued.delta,
+                "request queued"
+            )
+        });
+        entry.queued.push_back(queued);
+        let _ = entry.requests.unbounded_send(request);
     }
 
     /// Why the core closes `stream`. It does so for two reasons only: a response on the

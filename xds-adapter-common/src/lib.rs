@@ -20,9 +20,10 @@
 //!   its gRFC A31 config selector ([`ConfigUpdate`]); dropping it cancels its watches;
 //! - the **ADS transport** (`transport`, `ads`): one HTTP/2 connection per server
 //!   (TCP, then rustls for `tls` channel credentials, then the HTTP/2 handshake),
-//!   carrying `StreamAggregatedResources` through tonic's generic client with a codec
-//!   that encodes the core's `AdsRequest` (names shared, not copied) and hands
-//!   responses over as raw bytes, so nothing is decoded twice.
+//!   carrying `StreamAggregatedResources` (or `DeltaAggregatedResources` to a server
+//!   whose bootstrap entry asks for delta) through tonic's generic client with a codec
+//!   that encodes the core's `AdsRequest` or `DeltaRequest` (names shared, not copied)
+//!   and hands responses over as raw bytes, so nothing is decoded twice.
 //!
 //! - the **`xds:///` channel** ([`XdsChannel`]): a tower service tonic's clients take
 //!   as a channel; per RPC it routes with the config stream's selector (A31), applies
@@ -43,7 +44,8 @@
 //!   them only with the first response;
 //! - `RequestSent` is reported when tonic pulls a request from the request stream,
 //!   not when the driver queues it;
-//! - `ResponseReceived` carries the serialized `DiscoveryResponse` as it arrived;
+//! - `ResponseReceived` carries the serialized `DiscoveryResponse` (on a delta stream
+//!   the `DeltaDiscoveryResponse`) as it arrived;
 //! - a failed connection attempt is a `ConnectivityFailure` with its reason, followed
 //!   by `StreamClosed` (UNAVAILABLE) so that the core schedules its backoff; the end of
 //!   an established stream is `StreamClosed` with the gRPC status it ended with.
@@ -70,7 +72,7 @@ pub use channel::{ResponseBody, XdsChannel, XdsChannelBuilder};
 pub use client::{Client, ClientBuilder, Error};
 pub use config::{ConfigResult, ConfigStream, ConfigUpdate};
 pub use csds::CsdsService;
-pub use driver::ChannelEvent;
+pub use driver::{ChannelEvent, DeltaSent};
 pub use events::{CHANNEL_EVENT_BUFFER, ChannelEventStream};
 pub use io::HyperIo;
 pub use pool::{ClientPool, SERVER_TARGET};
@@ -84,3 +86,8 @@ pub use watch::{RawWatchStream, WatchStream, WatchUpdate};
 /// The gRPC method of the ADS stream.
 pub const ADS_METHOD: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+
+/// The gRPC method of the delta (incremental) ADS stream, opened to a server whose
+/// bootstrap entry says `"api_type": "AGGREGATED_DELTA_GRPC"`.
+pub const DELTA_ADS_METHOD: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";

@@ -122,3 +122,23 @@ async fn a_slow_driver_slows_a_fast_server_and_shuts_down_at_once() {
 async fn a_burst_of_watches_is_one_subscribing_request_per_type() {
     suite::a_burst_of_watches_is_one_request_per_type::<TokioRuntime>().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions() {
+    suite::delta_session::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_session_with_an_istiod_like_server() {
+    suite::istiod_delta_behaviour::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_silence_about_a_name_is_does_not_exist_after_the_timer() {
+    suite::delta_silence_is_does_not_exist_after_the_timer::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_undecodable_response_closes_the_stream() {
+    suite::delta_undecodable_response_closes_the_stream::<TokioRuntime>().await;
+}

@@ -23,7 +23,8 @@
 //! templates give the target (`Client::watch_config_for_target`, gRFC A47). `--lds/--rds/--cds/--eds` watch single
 //! resources and print each update. `--json` prints JSON documents instead. NACKs with
 //! their reasons, connectivity loss and recovery, and the server in use come from the
-//! client's channel events. `--csds` dumps the client's CSDS view on exit (the response
+//! client's channel events. `--delta` speaks delta (incremental) xDS to `--server` or
+//! to the demo server. `--csds` dumps the client's CSDS view on exit (the response
 //! the CSDS service gives), and `--csds-listen HOST:PORT` serves
 //! `ClientStatusDiscoveryService` while it runs. Logs: `RUST_LOG=xds_adapter_common=debug`.
 
@@ -34,6 +35,7 @@ use clap::Parser;
 use futures::StreamExt;
 use futures::stream::{BoxStream, SelectAll};
 use serde_json::json;
+use xds_adapter_tokio::xds_proto_core::ApiType;
 use xds_adapter_tokio::{
     Bootstrap, Cds, Client, ConfigResult, ConfigStream, CsdsServer, Eds, Lds, Rds,
     load_bootstrap_from_env,
@@ -106,6 +108,11 @@ struct Args {
     /// The node id to send with --server.
     #[arg(long, value_name = "ID", default_value = "xds-cli")]
     node_id: String,
+    /// Speak delta (incremental) xDS to the --server, or to the demo server
+    /// (DeltaAggregatedResources). A bootstrap says it per server instead, with
+    /// "api_type": "AGGREGATED_DELTA_GRPC".
+    #[arg(long)]
+    delta: bool,
     /// Follow this listener's resolved configuration (gRFC A74): LDS → RDS → CDS → EDS.
     #[arg(long, value_name = "NAME")]
     listener: Option<String>,
@@ -158,6 +165,16 @@ enum Source {
 }
 
 fn choose_source(args: &Args) -> Result<Source, String> {
+    let source = bootstrap_source(args)?;
+    if args.delta && args.server.is_none() && matches!(source, Source::Bootstrap(_)) {
+        return Err(
+            "--delta applies to --server and the demo; in a bootstrap, set \"api_type\": \"AGGREGATED_DELTA_GRPC\" on the server".into(),
+        );
+    }
+    Ok(source)
+}
+
+fn bootstrap_source(args: &Args) -> Result<Source, String> {
     if let Some(path) = &args.bootstrap {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
         return Bootstrap::from_json_str(&text)
@@ -165,8 +182,18 @@ fn choose_source(args: &Args) -> Result<Source, String> {
             .map_err(|e| format!("{path}: {e}"));
     }
     if let Some(server) = &args.server {
+        let api_type = if args.delta {
+            ApiType::Delta
+        } else {
+            ApiType::Sotw
+        };
         let json = json!({
-            "xds_servers": [{"server_uri": server, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+            "xds_servers": [{
+                "server_uri": server,
+                "channel_creds": [{"type": "insecure"}],
+                "server_features": ["xds_v3"],
+                "api_type": api_type.as_str(),
+            }],
             "node": {"id": args.node_id, "cluster": "xds-cli"},
         });
         return Bootstrap::from_json_value(&json)
@@ -199,7 +226,11 @@ fn bootstrap(args: &Args) -> (Bootstrap, Option<Arc<demo::Demo>>) {
                 stamp(),
                 demo.server.uri()
             );
-            let json = demo.server.bootstrap_json("xds-cli-demo", None);
+            let json = if args.delta {
+                demo.server.delta_bootstrap_json("xds-cli-demo")
+            } else {
+                demo.server.bootstrap_json("xds-cli-demo", None)
+            };
             let bootstrap = Bootstrap::from_json_str(&json).expect("demo bootstrap");
             (bootstrap, Some(demo))
         }
@@ -290,8 +321,11 @@ async fn main() {
         }
         None => None,
     };
-    let servers: Vec<&str> = (client.bootstrap().xds_servers.iter())
-        .map(|s| s.server_uri.as_str())
+    let servers: Vec<String> = (client.bootstrap().xds_servers.iter())
+        .map(|s| match s.is_delta() {
+            true => format!("{} (delta)", s.server_uri),
+            false => s.server_uri.clone(),
+        })
         .collect();
     say!(
         "{} xDS servers from the bootstrap: {}",

@@ -117,6 +117,16 @@ impl TransportStory {
             }
             ChannelEvent::RequestSent {
                 type_url,
+                nonce,
+                nack: Some(detail),
+                delta: Some(_),
+                ..
+            } => Some(format!(
+                "NACK {} (response {nonce}): {detail}",
+                short_type(type_url),
+            )),
+            ChannelEvent::RequestSent {
+                type_url,
                 version,
                 nonce,
                 nack: Some(detail),
@@ -131,12 +141,30 @@ impl TransportStory {
                 nonce,
                 resource_names,
                 nack: None,
+                delta,
                 ..
-            } if self.verbose => Some(if nonce.is_empty() {
-                format!("subscribe {} {resource_names:?}", short_type(type_url))
-            } else {
-                format!("ACK {} version {version} ({nonce})", short_type(type_url))
-            }),
+            } if self.verbose => {
+                let mut line = if !nonce.is_empty() && delta.is_some() {
+                    format!("ACK {} ({nonce})", short_type(type_url))
+                } else if !nonce.is_empty() {
+                    format!("ACK {} version {version} ({nonce})", short_type(type_url))
+                } else {
+                    format!("subscribe {} {resource_names:?}", short_type(type_url))
+                };
+                if let Some(delta) = delta {
+                    if !nonce.is_empty() && !resource_names.is_empty() {
+                        line.push_str(&format!(", subscribe {resource_names:?}"));
+                    }
+                    if !delta.unsubscribe.is_empty() {
+                        line.push_str(&format!(", unsubscribe {:?}", delta.unsubscribe));
+                    }
+                    if delta.initial_resource_versions > 0 {
+                        let held = delta.initial_resource_versions;
+                        line.push_str(&format!(" (holding {held} from an earlier stream)"));
+                    }
+                }
+                Some(line)
+            }
             ChannelEvent::ConnectionClosed {
                 server_uri,
                 error: Some(error),
@@ -311,6 +339,53 @@ mod tests {
                 (Some(refused), false),
                 (None, false),
                 (Some(back), true),
+            ]
+        );
+    }
+
+    fn delta_request(
+        nonce: &str,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+        held: usize,
+        nack: Option<&str>,
+    ) -> ChannelEvent {
+        let (server, server_uri) = server(A);
+        let mut delta = xds_adapter_tokio::DeltaSent::default();
+        delta.unsubscribe = unsubscribe.iter().map(|n| Arc::from(*n)).collect();
+        delta.initial_resource_versions = held;
+        ChannelEvent::RequestSent {
+            server,
+            server_uri,
+            stream: StreamId::from_raw(1),
+            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            version: String::new(),
+            nonce: nonce.to_string(),
+            resource_names: subscribe.iter().map(|n| Arc::from(*n)).collect(),
+            nack: nack.map(str::to_string),
+            delta: Some(delta),
+        }
+    }
+
+    /// Delta requests read as what they change: the names a new stream holds, an ACK
+    /// that also subscribes and unsubscribes, a NACK without a version.
+    #[test]
+    fn delta_requests_say_what_they_change() {
+        let mut story = TransportStory::new(true);
+        let lines: Vec<String> = [
+            delta_request("", &["a", "b"], &[], 1, None),
+            delta_request("n-2", &["c"], &["a"], 0, None),
+            delta_request("n-3", &[], &[], 0, Some("bad cluster")),
+        ]
+        .iter()
+        .filter_map(|e| story.tell(e).line)
+        .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"subscribe CDS ["a", "b"] (holding 1 from an earlier stream)"#,
+                r#"ACK CDS (n-2), subscribe ["c"], unsubscribe ["a"]"#,
+                "NACK CDS (response n-3): bad cluster",
             ]
         );
     }

@@ -1,47 +1,64 @@
 //! The server's gRPC codec: decodes requests, and encodes either a response or raw
-//! bytes that are no `DiscoveryResponse` at all (to test how a client treats them).
+//! bytes that are no response at all (to test how a client treats them). One codec
+//! serves both ADS methods: SotW (`DiscoveryRequest` in, `DiscoveryResponse` out) and
+//! delta (`DeltaDiscoveryRequest` in, `DeltaDiscoveryResponse` out).
+
+use std::marker::PhantomData;
 
 use bytes::{BufMut, Bytes};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 
 /// One message the server sends on an ADS stream.
-pub(crate) enum Outbound {
+pub(crate) enum Outbound<T> {
     /// A response.
-    Response(DiscoveryResponse),
+    Response(T),
     /// Bytes sent as they are.
     Raw(Bytes),
 }
 
-/// A message no protobuf decoder takes for a `DiscoveryResponse`: its `version_info`
-/// (field 1, a string) is not UTF-8.
+/// A message no protobuf decoder takes for a `DiscoveryResponse` or a
+/// `DeltaDiscoveryResponse`: its field 1 (`version_info`, `system_version_info`, a
+/// string in both) is not UTF-8.
 pub(crate) const UNDECODABLE: &[u8] = &[0x0a, 0x02, 0xff, 0xfe];
 
-/// Encodes [`Outbound`] messages and decodes `DiscoveryRequest`s.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ServerCodec;
+/// Encodes [`Outbound`] responses of type `Resp` and decodes requests of type `Req`.
+pub(crate) struct ServerCodec<Req, Resp>(PhantomData<fn(Req) -> Resp>);
 
-impl Codec for ServerCodec {
-    type Encode = Outbound;
-    type Decode = DiscoveryRequest;
-    type Encoder = ServerCodec;
-    type Decoder = ServerCodec;
-
-    fn encoder(&mut self) -> ServerCodec {
-        ServerCodec
-    }
-
-    fn decoder(&mut self) -> ServerCodec {
-        ServerCodec
+impl<Req, Resp> Default for ServerCodec<Req, Resp> {
+    fn default() -> Self {
+        ServerCodec(PhantomData)
     }
 }
 
-impl Encoder for ServerCodec {
-    type Item = Outbound;
+impl<Req, Resp> Codec for ServerCodec<Req, Resp>
+where
+    Req: Message + Default + Send + 'static,
+    Resp: Message + Send + 'static,
+{
+    type Encode = Outbound<Resp>;
+    type Decode = Req;
+    type Encoder = ServerCodec<Req, Resp>;
+    type Decoder = ServerCodec<Req, Resp>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ServerCodec::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ServerCodec::default()
+    }
+}
+
+impl<Req, Resp: Message> Encoder for ServerCodec<Req, Resp> {
+    type Item = Outbound<Resp>;
     type Error = tonic::Status;
 
-    fn encode(&mut self, item: Outbound, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+    fn encode(
+        &mut self,
+        item: Outbound<Resp>,
+        dst: &mut EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
         match item {
             Outbound::Response(response) => response
                 .encode(dst)
@@ -54,15 +71,12 @@ impl Encoder for ServerCodec {
     }
 }
 
-impl Decoder for ServerCodec {
-    type Item = DiscoveryRequest;
+impl<Req: Message + Default, Resp> Decoder for ServerCodec<Req, Resp> {
+    type Item = Req;
     type Error = tonic::Status;
 
-    fn decode(
-        &mut self,
-        src: &mut DecodeBuf<'_>,
-    ) -> Result<Option<DiscoveryRequest>, tonic::Status> {
-        DiscoveryRequest::decode(src)
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Req>, tonic::Status> {
+        Req::decode(src)
             .map(Some)
             .map_err(|e| tonic::Status::internal(e.to_string()))
     }

@@ -1,9 +1,9 @@
 //! A scriptable loopback ADS management server for tests, and the demo control plane
 //! of the `xds` CLI.
 //!
-//! [`LoopbackServer`] speaks State-of-the-World ADS (`StreamAggregatedResources`) on
-//! 127.0.0.1 through tonic, with plaintext or TLS. A test scripts it from any
-//! runtime:
+//! [`LoopbackServer`] speaks State-of-the-World ADS (`StreamAggregatedResources`) and
+//! delta ADS (`DeltaAggregatedResources`) on 127.0.0.1 through tonic, with plaintext
+//! or TLS, from one snapshot. A test scripts it from any runtime:
 //! - versioned snapshots per type ([`LoopbackServer::set_resources`]), pushed to every
 //!   stream subscribed to the type;
 //! - withheld resources ([`LoopbackServer::withhold`]) and TP3 `resource_errors`
@@ -13,7 +13,11 @@
 //! - refused connections ([`LoopbackServer::refuse_connections`]), and a stop and
 //!   restart on the same port ([`LoopbackServer::stop`], [`LoopbackServer::restart`]);
 //! - every request recorded and classified as a subscription, an ACK or a NACK
-//!   ([`LoopbackServer::requests`]).
+//!   ([`LoopbackServer::requests`], with the delta fields of a delta request), and
+//!   every response ([`LoopbackServer::responses`]);
+//! - on delta, a version per resource (the snapshot version at which its bytes last
+//!   changed), only the difference sent, and istiod's deviations on request
+//!   ([`DeltaQuirks`], [`LoopbackServer::set_delta_quirks`]).
 //!
 //! Like real control planes, it answers a burst of requests with one response per
 //! type: requests that are already waiting are all read before it responds.
@@ -39,15 +43,21 @@
 pub mod channel_suite;
 mod codec;
 pub mod config_suite;
+mod delta;
 pub mod demo;
 pub mod echo;
 pub mod proxy;
+mod record;
 pub mod recorder;
 pub mod resources;
 mod server;
+mod session;
+mod sotw;
 pub mod suite;
 #[cfg(feature = "tls")]
 pub mod tls;
 
+pub use delta::DeltaQuirks;
 pub use proxy::FaultProxy;
-pub use server::{LoopbackServer, RecordedRequest, RequestKind, ServerStats};
+pub use record::{DeltaFields, RecordedRequest, RecordedResponse, RequestKind, ServerStats};
+pub use server::LoopbackServer;

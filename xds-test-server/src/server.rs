@@ -1,99 +1,60 @@
-//! The loopback ADS server: listener lifecycle, the SotW stream logic, and the record
-//! of every request.
+//! The loopback ADS server: listener lifecycle, the scripted snapshot, and the state
+//! its streams share (the record's types are in `record`). The streams' logic is in `session` (the loop),
+//! `sotw` and `delta` (what each ADS variant sends).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
-use futures::channel::mpsc;
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, Stream};
 use tokio::sync::watch;
-use tonic::codec::Streaming;
 use xds_proto_core::Status;
-use xds_proto_core::pb::envoy::service::discovery::v3::{
-    DiscoveryRequest, DiscoveryResponse, ResourceError,
-};
+use xds_proto_core::pb::envoy::service::discovery::v3::ResourceError;
 use xds_proto_core::pb::google::protobuf::Any;
 
-use crate::codec::{Outbound, ServerCodec, UNDECODABLE};
+use crate::codec::ServerCodec;
+use crate::delta::{DeltaQuirks, DeltaSession};
+use crate::record::{RecordedRequest, RecordedResponse, RequestKind, ServerStats};
 use crate::resources::resource_name;
+use crate::session::{Protocol, StreamHandler};
+use crate::sotw::SotwSession;
 
-/// What a recorded request was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RequestKind {
-    /// A request without a response nonce: the first of its type on the stream.
-    Subscribe,
-    /// A request carrying the nonce of a response and no error: an ACK (possibly with
-    /// a changed subscription).
-    Ack,
-    /// A request carrying the nonce of a response and an error: a NACK.
-    Nack,
-}
-
-/// One request as the server received it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordedRequest {
-    /// The server-side number of the stream it came on (1, 2, ... in opening order).
-    pub stream: u64,
-    /// What it was.
-    pub kind: RequestKind,
-    /// The type URL.
-    pub type_url: String,
-    /// `version_info`.
-    pub version_info: String,
-    /// `resource_names`.
-    pub resource_names: Vec<String>,
-    /// `response_nonce`.
-    pub response_nonce: String,
-    /// `error_detail.message`, for a NACK.
-    pub error_detail: Option<String>,
-    /// Whether it carried the node, and its id.
-    pub node_id: Option<String>,
-}
-
-/// Counters of a server's life.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ServerStats {
-    /// TCP connections accepted (refused ones included).
-    pub connections: u64,
-    /// ADS streams opened.
-    pub streams: u64,
-    /// ADS streams open now.
-    pub open_streams: u64,
-    /// Requests received.
-    pub requests: u64,
-    /// ACKs received.
-    pub acks: u64,
-    /// NACKs received.
-    pub nacks: u64,
-    /// Responses sent (queued for the stream).
-    pub responses: u64,
-    /// Responses HTTP/2 took from the stream's queue: written, or waiting for the
-    /// client's flow-control window. `responses - responses_taken` wait in the server.
-    pub responses_taken: u64,
-}
-
+/// One type's resources as the server has them.
 #[derive(Clone, Debug, Default)]
-struct TypeSnapshot {
-    version: String,
-    /// Resources by name; resources whose name cannot be read are always sent.
-    named: BTreeMap<String, Any>,
-    unnamed: Vec<Any>,
-    errors: Vec<ResourceError>,
+pub(crate) struct TypeSnapshot {
+    pub(crate) version: String,
+    /// Resources by name; resources whose name cannot be read are always sent (SotW
+    /// only: a delta resource needs a name).
+    pub(crate) named: BTreeMap<String, Any>,
+    /// The delta version of each named resource: the snapshot version at which its
+    /// bytes last changed.
+    pub(crate) versions: BTreeMap<String, String>,
+    pub(crate) unnamed: Vec<Any>,
+    pub(crate) errors: Vec<ResourceError>,
+    /// Bumped on every change of the type (resources, errors, withheld names), so
+    /// that a delta stream looks again only at types that changed.
+    pub(crate) revision: u64,
 }
 
 impl TypeSnapshot {
+    /// Replaces the resources at `self.version`; a resource whose bytes did not
+    /// change keeps its delta version.
     fn replace_resources(&mut self, resources: Vec<Any>) {
-        self.named.clear();
+        let old = std::mem::take(&mut self.named);
+        let mut old_versions = std::mem::take(&mut self.versions);
         self.unnamed.clear();
         for r in resources {
             match resource_name(&r) {
                 Some(name) => {
+                    let version = match (old.get(&name), old_versions.remove(&name)) {
+                        (Some(previous), Some(v)) if *previous == r => v,
+                        _ => self.version.clone(),
+                    };
+                    self.versions.insert(name.clone(), version);
                     self.named.insert(name, r);
                 }
                 None => self.unnamed.push(r),
@@ -102,38 +63,89 @@ impl TypeSnapshot {
     }
 }
 
+/// Everything the server's streams share, behind one lock.
 #[derive(Default)]
-struct State {
-    types: HashMap<String, TypeSnapshot>,
+pub(crate) struct State {
+    pub(crate) types: HashMap<String, TypeSnapshot>,
     withheld: HashSet<(String, String)>,
-    requests: Vec<RecordedRequest>,
-    stats: ServerStats,
+    pub(crate) requests: Vec<RecordedRequest>,
+    responses: Vec<RecordedResponse>,
+    pub(crate) stats: ServerStats,
+    pub(crate) delta_quirks: DeltaQuirks,
     refuse: bool,
-    /// Requests are counted but not kept in `requests` (see `record_requests`).
+    /// Requests and responses are counted but not kept (see `record_requests`).
     skip_record: bool,
     /// Streams opened before this epoch must close with `close_status`.
-    close_epoch: u64,
-    close_status: Option<Status>,
+    pub(crate) close_epoch: u64,
+    pub(crate) close_status: Option<Status>,
     /// How many undecodable messages every stream must have sent (see
     /// `send_undecodable_message`).
-    undecodable: u64,
+    pub(crate) undecodable: u64,
     next_nonce: u64,
 }
 
-struct Shared {
+impl State {
+    /// Counts and keeps a request.
+    pub(crate) fn record_request(&mut self, request: RecordedRequest) {
+        self.stats.requests += 1;
+        match request.kind {
+            RequestKind::Ack => self.stats.acks += 1,
+            RequestKind::Nack => self.stats.nacks += 1,
+            RequestKind::Subscribe => {}
+        }
+        if !self.skip_record {
+            self.requests.push(request);
+        }
+    }
+
+    /// Counts and keeps a response.
+    pub(crate) fn record_response(&mut self, response: RecordedResponse) {
+        self.stats.responses += 1;
+        if !self.skip_record {
+            self.responses.push(response);
+        }
+    }
+
+    /// A nonce no response of this server had.
+    pub(crate) fn next_nonce(&mut self) -> String {
+        self.next_nonce += 1;
+        format!("nonce-{}", self.next_nonce)
+    }
+
+    /// Whether the server holds back this resource (see `LoopbackServer::withhold`).
+    pub(crate) fn is_withheld(&self, type_url: &str, name: &str) -> bool {
+        self.withheld
+            .contains(&(type_url.to_string(), name.to_string()))
+    }
+
+    fn snapshot_mut(&mut self, type_url: &str) -> &mut TypeSnapshot {
+        let snapshot = self.types.entry(type_url.to_string()).or_default();
+        snapshot.revision += 1;
+        snapshot
+    }
+
+    /// Sets the resources of one type at `version`.
+    pub(crate) fn set_resources(&mut self, type_url: &str, version: &str, resources: Vec<Any>) {
+        let snapshot = self.snapshot_mut(type_url);
+        snapshot.version = version.to_string();
+        snapshot.replace_resources(resources);
+    }
+}
+
+pub(crate) struct Shared {
     state: Mutex<State>,
     /// Bumped on every change of the snapshot or of the record; streams and waiters
     /// watch it.
-    generation: watch::Sender<u64>,
-    next_stream: AtomicU64,
+    pub(crate) generation: watch::Sender<u64>,
+    pub(crate) next_stream: AtomicU64,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.generation.send_modify(|g| *g += 1);
     }
 }
@@ -292,6 +304,18 @@ impl LoopbackServer {
         )
     }
 
+    /// A bootstrap JSON for a client of this server that speaks delta xDS to it
+    /// (`"api_type": "AGGREGATED_DELTA_GRPC"`), with insecure credentials and node id
+    /// `node_id`.
+    pub fn delta_bootstrap_json(&self, node_id: &str) -> String {
+        format!(
+            r#"{{"xds_servers": [{{"server_uri": "{}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"], "api_type": "AGGREGATED_DELTA_GRPC"}}],
+                 "node": {{"id": {}, "cluster": "loopback-test"}}}}"#,
+            self.uri(),
+            json_string(node_id)
+        )
+    }
+
     fn serve(&self, listener: std::net::TcpListener) {
         listener
             .set_nonblocking(true)
@@ -388,12 +412,9 @@ impl LoopbackServer {
     /// Sets the resources of one type at `version`, replacing the type's previous set,
     /// and pushes them to every stream subscribed to the type.
     pub fn set_resources(&self, type_url: &str, version: &str, resources: Vec<Any>) {
-        {
-            let mut state = self.shared.lock();
-            let snapshot = state.types.entry(type_url.to_string()).or_default();
-            snapshot.version = version.to_string();
-            snapshot.replace_resources(resources);
-        }
+        self.shared
+            .lock()
+            .set_resources(type_url, version, resources);
         self.shared.bump();
     }
 
@@ -408,7 +429,7 @@ impl LoopbackServer {
     ) {
         {
             let mut state = self.shared.lock();
-            let snapshot = state.types.entry(type_url.to_string()).or_default();
+            let snapshot = state.snapshot_mut(type_url);
             snapshot.version = version.to_string();
             snapshot.replace_resources(resources);
             snapshot.errors = errors;
@@ -421,7 +442,7 @@ impl LoopbackServer {
     pub fn set_resource_errors(&self, type_url: &str, version: &str, errors: Vec<ResourceError>) {
         {
             let mut state = self.shared.lock();
-            let snapshot = state.types.entry(type_url.to_string()).or_default();
+            let snapshot = state.snapshot_mut(type_url);
             snapshot.version = version.to_string();
             snapshot.errors = errors;
         }
@@ -445,10 +466,17 @@ impl LoopbackServer {
             state
                 .withheld
                 .remove(&(type_url.to_string(), name.to_string()));
-            if let Some(s) = state.types.get_mut(type_url) {
-                s.version = version.to_string();
+            if state.types.contains_key(type_url) {
+                state.snapshot_mut(type_url).version = version.to_string();
             }
         }
+        self.shared.bump();
+    }
+
+    /// Sets how the server's delta streams deviate from the plain protocol, as istiod
+    /// does (see [`DeltaQuirks`]). Applies to requests from now on.
+    pub fn set_delta_quirks(&self, quirks: DeltaQuirks) {
+        self.shared.lock().delta_quirks = quirks;
         self.shared.bump();
     }
 
@@ -478,7 +506,8 @@ impl LoopbackServer {
 
     // ----- the record -----
 
-    /// Whether requests are kept for [`requests`](Self::requests) (the default). While
+    /// Whether requests and responses are kept for [`requests`](Self::requests) and
+    /// [`responses`](Self::responses) (the default). While
     /// false they are still counted in [`stats`](Self::stats): for load tests, where a
     /// client that resends 10,000 names on every subscription change would otherwise
     /// make the record grow quadratically.
@@ -489,6 +518,30 @@ impl LoopbackServer {
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
+    }
+
+    /// Every response sent so far (queued for its stream), in order. Kept unless
+    /// [`record_requests`](Self::record_requests) is off.
+    pub fn responses(&self) -> Vec<RecordedResponse> {
+        self.shared.lock().responses.clone()
+    }
+
+    /// Waits until `done` holds for the responses sent so far (checked on every
+    /// change), and returns what it returned. Runs on any executor; wrap it in a
+    /// timeout.
+    pub async fn wait_for_responses<T>(
+        &self,
+        mut done: impl FnMut(&[RecordedResponse]) -> Option<T>,
+    ) -> T {
+        let mut changes = self.shared.generation.subscribe();
+        loop {
+            if let Some(t) = done(&self.shared.lock().responses) {
+                return t;
+            }
+            if changes.changed().await.is_err() {
+                futures::future::pending::<()>().await;
+            }
+        }
     }
 
     /// The counters.
@@ -558,11 +611,13 @@ where
         tracing::debug!("loopback server: connection ended: {e}");
     }
 }
-
 const ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+const DELTA_ADS_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
-/// The HTTP service: routes the ADS method, answers everything else UNIMPLEMENTED.
+/// The HTTP service: routes the two ADS methods (SotW and delta), answers everything
+/// else UNIMPLEMENTED.
 #[derive(Clone)]
 struct AdsService {
     shared: Arc<Shared>,
@@ -578,271 +633,26 @@ impl tower_service::Service<http::Request<hyper::body::Incoming>> for AdsService
     }
 
     fn call(&mut self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
-        if request.uri().path() != ADS_PATH {
-            let path = request.uri().path().to_string();
-            return async move {
-                Ok(tonic::Status::unimplemented(format!("no method {path}")).into_http())
+        let shared = self.shared.clone();
+        match request.uri().path() {
+            ADS_PATH => serve_stream::<SotwSession>(shared, request).boxed(),
+            DELTA_ADS_PATH => serve_stream::<DeltaSession>(shared, request).boxed(),
+            path => {
+                let status = tonic::Status::unimplemented(format!("no method {path}"));
+                async move { Ok(status.into_http()) }.boxed()
             }
-            .boxed();
         }
-        let handler = StreamHandler {
-            shared: self.shared.clone(),
-        };
-        async move {
-            let mut grpc = tonic::server::Grpc::new(ServerCodec)
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(usize::MAX);
-            Ok(grpc.streaming(handler, request).await)
-        }
-        .boxed()
     }
 }
 
-type ResponseStream = Pin<Box<dyn Stream<Item = Result<Outbound, tonic::Status>> + Send>>;
-
-/// Starts the SotW logic of one stream.
-struct StreamHandler {
+async fn serve_stream<P: Protocol>(
     shared: Arc<Shared>,
-}
-
-impl tower_service::Service<tonic::Request<Streaming<DiscoveryRequest>>> for StreamHandler {
-    type Response = tonic::Response<ResponseStream>;
-    type Error = tonic::Status;
-    type Future = futures::future::Ready<Result<Self::Response, tonic::Status>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), tonic::Status>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: tonic::Request<Streaming<DiscoveryRequest>>) -> Self::Future {
-        let (tx, rx) = mpsc::unbounded();
-        let id = self.shared.next_stream.fetch_add(1, Ordering::SeqCst);
-        let undecodable_sent = {
-            let mut state = self.shared.lock();
-            state.stats.streams += 1;
-            state.stats.open_streams += 1;
-            state.undecodable
-        };
-        self.shared.bump();
-        let session = Session {
-            shared: self.shared.clone(),
-            id,
-            tx,
-            types: HashMap::new(),
-            undecodable_sent,
-        };
-        tokio::spawn(session.run(request.into_inner()));
-        let outbound = CountTaken {
-            queue: rx,
-            shared: self.shared.clone(),
-        };
-        futures::future::ready(Ok(tonic::Response::new(
-            Box::pin(outbound) as ResponseStream
-        )))
-    }
-}
-
-/// A stream's response queue as tonic reads it: counts what HTTP/2 takes.
-struct CountTaken {
-    queue: mpsc::UnboundedReceiver<Result<Outbound, tonic::Status>>,
-    shared: Arc<Shared>,
-}
-
-impl Stream for CountTaken {
-    type Item = Result<Outbound, tonic::Status>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let next = Pin::new(&mut self.queue).poll_next(cx);
-        if let Poll::Ready(Some(Ok(Outbound::Response(_)))) = &next {
-            self.shared.lock().stats.responses_taken += 1;
-            self.shared.bump();
-        }
-        next
-    }
-}
-
-/// What one stream subscribes to and was sent, per type.
-#[derive(Default)]
-struct StreamType {
-    names: BTreeSet<String>,
-    last_nonce: String,
-    sent_version: Option<String>,
-    /// Must be answered.
-    dirty: bool,
-}
-
-struct Session {
-    shared: Arc<Shared>,
-    id: u64,
-    tx: mpsc::UnboundedSender<Result<Outbound, tonic::Status>>,
-    types: HashMap<String, StreamType>,
-    /// How many undecodable messages it has sent.
-    undecodable_sent: u64,
-}
-
-impl Session {
-    async fn run(mut self, mut inbound: Streaming<DiscoveryRequest>) {
-        let mut changes = self.shared.generation.subscribe();
-        loop {
-            tokio::select! {
-                message = inbound.message() => match message {
-                    Ok(Some(request)) => {
-                        self.on_request(request);
-                        // Read the whole burst before answering: one response per type.
-                        while let Some(Ok(Some(request))) = inbound.message().now_or_never() {
-                            self.on_request(request);
-                        }
-                    }
-                    _ => break,
-                },
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    self.on_snapshot_change();
-                },
-            }
-            if let Some(status) = self.close_status() {
-                let code = tonic::Code::from_i32(status.code.0);
-                let _ = self
-                    .tx
-                    .unbounded_send(Err(tonic::Status::new(code, status.message)));
-                break;
-            }
-            self.send_undecodable();
-            self.respond();
-        }
-        {
-            let mut state = self.shared.lock();
-            state.stats.open_streams -= 1;
-        }
-        self.shared.bump();
-    }
-
-    fn close_status(&self) -> Option<Status> {
-        let state = self.shared.lock();
-        (self.id < state.close_epoch)
-            .then(|| state.close_status.clone())
-            .flatten()
-    }
-
-    fn send_undecodable(&mut self) {
-        let due = self.shared.lock().undecodable;
-        while self.undecodable_sent < due {
-            self.undecodable_sent += 1;
-            let raw = Outbound::Raw(bytes::Bytes::from_static(UNDECODABLE));
-            let _ = self.tx.unbounded_send(Ok(raw));
-        }
-    }
-
-    fn on_request(&mut self, request: DiscoveryRequest) {
-        let kind = if request.response_nonce.is_empty() {
-            RequestKind::Subscribe
-        } else if request.error_detail.is_some() {
-            RequestKind::Nack
-        } else {
-            RequestKind::Ack
-        };
-        {
-            let mut state = self.shared.lock();
-            state.stats.requests += 1;
-            match kind {
-                RequestKind::Ack => state.stats.acks += 1,
-                RequestKind::Nack => state.stats.nacks += 1,
-                RequestKind::Subscribe => {}
-            }
-            if !state.skip_record {
-                state.requests.push(RecordedRequest {
-                    stream: self.id,
-                    kind,
-                    type_url: request.type_url.clone(),
-                    version_info: request.version_info.clone(),
-                    resource_names: request.resource_names.clone(),
-                    response_nonce: request.response_nonce.clone(),
-                    error_detail: request.error_detail.as_ref().map(|s| s.message.clone()),
-                    node_id: request.node.as_ref().map(|n| n.id.clone()),
-                });
-            }
-        }
-        self.shared.bump();
-        let st = self.types.entry(request.type_url.clone()).or_default();
-        if kind != RequestKind::Subscribe && request.response_nonce != st.last_nonce {
-            return; // a stale nonce: ignored, as go-control-plane does
-        }
-        let names: BTreeSet<String> = request.resource_names.into_iter().collect();
-        if kind == RequestKind::Subscribe || names != st.names {
-            st.dirty = true;
-        }
-        st.names = names;
-    }
-
-    fn on_snapshot_change(&mut self) {
-        let state = self.shared.lock();
-        for (type_url, st) in &mut self.types {
-            if let Some(snapshot) = state.types.get(type_url)
-                && st.sent_version.as_deref() != Some(snapshot.version.as_str())
-            {
-                st.dirty = true;
-            }
-        }
-    }
-
-    fn respond(&mut self) {
-        let mut responses = Vec::new();
-        {
-            let mut state = self.shared.lock();
-            let mut types: Vec<&String> = self.types.keys().collect();
-            types.sort();
-            let types: Vec<String> = types.into_iter().cloned().collect();
-            for type_url in types {
-                let st = self.types.get_mut(&type_url).expect("present");
-                if !st.dirty {
-                    continue;
-                }
-                st.dirty = false;
-                let Some(snapshot) = state.types.get(&type_url) else {
-                    continue; // nothing for this type yet: wait for it
-                };
-                let wanted = |name: &str| st.names.is_empty() || st.names.contains(name);
-                let withheld = |name: &str| {
-                    state
-                        .withheld
-                        .contains(&(type_url.clone(), name.to_string()))
-                };
-                let resources: Vec<Any> = snapshot
-                    .named
-                    .iter()
-                    .filter(|(name, _)| wanted(name) && !withheld(name))
-                    .map(|(_, r)| r.clone())
-                    .chain(snapshot.unnamed.iter().cloned())
-                    .collect();
-                let resource_errors: Vec<ResourceError> = snapshot
-                    .errors
-                    .iter()
-                    .filter(|e| e.resource_name.as_ref().is_none_or(|n| wanted(&n.name)))
-                    .cloned()
-                    .collect();
-                let version = snapshot.version.clone();
-                state.next_nonce += 1;
-                let nonce = format!("nonce-{}", state.next_nonce);
-                st.sent_version = Some(version.clone());
-                st.last_nonce = nonce.clone();
-                state.stats.responses += 1;
-                responses.push(DiscoveryResponse {
-                    version_info: version,
-                    resources,
-                    type_url: type_url.clone(),
-                    nonce,
-                    resource_errors,
-                    ..Default::default()
-                });
-            }
-        }
-        if !responses.is_empty() {
-            self.shared.bump();
-        }
-        for r in responses {
-            let _ = self.tx.unbounded_send(Ok(Outbound::Response(r)));
-        }
-    }
+    request: http::Request<hyper::body::Incoming>,
+) -> Result<http::Response<tonic::body::Body>, Infallible> {
+    let mut grpc = tonic::server::Grpc::new(ServerCodec::<P::Request, P::Response>::default())
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(usize::MAX);
+    Ok(grpc
+        .streaming(StreamHandler::<P>::new(shared), request)
+        .await)
 }

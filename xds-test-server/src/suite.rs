@@ -9,6 +9,7 @@
 mod a78;
 mod burst;
 mod client_closes;
+mod delta;
 mod drops;
 mod faults;
 mod load;
@@ -16,6 +17,10 @@ mod load;
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
 pub use burst::a_burst_of_watches_is_one_request_per_type;
 pub use client_closes::client_closed_streams_are_published;
+pub use delta::{
+    delta_session, delta_silence_is_does_not_exist_after_the_timer,
+    delta_undecodable_response_closes_the_stream, istiod_delta_behaviour,
+};
 pub use drops::dropped_watches_are_cancelled;
 pub use faults::{
     a_stream_after_goaway_goes_on_a_new_connection, default_keepalive_detects_a_silent_server,
