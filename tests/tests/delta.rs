@@ -281,6 +281,52 @@ fn a_response_is_acked_by_its_nonce_and_each_resource_keeps_its_version() {
     assert_eq!(csds[0].version_info, "v8");
 }
 
+/// Every delta response is answered by its own request, in order: a NACK is not
+/// swallowed by a later response arriving before the NACK went out (in state of the
+/// world the latest ACK stands for all; in delta each nonce names one change).
+#[test]
+fn responses_arriving_before_the_ack_goes_out_are_each_answered_in_order() {
+    let mut h = Harness::delta();
+    let (s, ws) = cached_clusters(&mut h, &["c1", "c2"]);
+    h.watch::<Cds>("c3");
+    // A subscribing request is in flight (not yet reported sent) while two responses
+    // arrive: a rejected one, then a valid one.
+    let req = h.expect_delta_request(s);
+    assert_eq!(req, DeltaReq::new(CDS).subscribe(&["c3"]));
+    h.respond_delta(
+        s,
+        delta_response(
+            CDS,
+            "n2",
+            vec![("c1", "v2", fixtures::invalid_cluster("c1"))],
+            &[],
+        ),
+    );
+    let n = h.expect_notify();
+    assert_eq!(
+        (n.watcher, ambient_error(&n).kind),
+        (ws[0], ErrorKind::Invalid)
+    );
+    h.respond_delta(
+        s,
+        delta_response(CDS, "n3", vec![("c2", "v3", cluster_v("c2", 3))], &[]),
+    );
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_value(&n)), (ws[1], 3));
+    h.sent(s);
+    let nack = h.expect_delta_request(s);
+    assert_eq!((nack.nonce.as_str(), nack.subscribe.len()), ("n2", 0));
+    assert!(
+        nack.error
+            .expect("a NACK")
+            .starts_with("resource index 0: c1: ")
+    );
+    h.sent(s);
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n3"));
+    h.sent(s);
+    h.expect_nothing();
+}
+
 #[test]
 fn a_partly_invalid_response_applies_the_valid_resources_and_nacks_every_rejected_one() {
     let mut h = Harness::delta();

@@ -31,9 +31,8 @@ pub mod time;
 pub use bootstrap::{ApiType, Bootstrap};
 pub use client::{
     Action, AdsRequest, Code, DeltaRequest, ErrorKind, Event, Notification, ResourceSnapshot,
-    ResourceStatusKind, ServerId, Status, StreamId, WatchChecker, WatchError, WatchEvent, WatcherId,
-    XdsClient,
-    XdsClientConfig, XdsError,
+    ResourceStatusKind, ServerId, Status, StreamId, WatchChecker, WatchError, WatchEvent,
+    WatcherId, XdsClient, XdsClientConfig, XdsError,
 };
 pub use resource::{Cds, DecodeError, Eds, Lds, Rds, ResourceValue, XdsResourceType};
 pub use time::Instant;

@@ -58,7 +58,7 @@
 //!   reaches the authority's watchers only from a server it has in use
 //!   (`updates-only-from-server-in-use`). See [`CheckedClient::check_fallback`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,8 +147,9 @@ struct StreamTypeModel {
     dropped_unsent: BTreeSet<String>,
     /// Delta: the names the server tracks for this stream (subscribed, not unsubscribed).
     tracked: BTreeSet<String>,
-    /// Delta: a response of this type awaits its ACK or NACK.
-    ack_due: bool,
+    /// Delta: the responses of this type awaiting their ACK or NACK, oldest first:
+    /// each nonce, and whether it must be a NACK. Each is answered by its own request.
+    acks_due: VecDeque<(String, bool)>,
 }
 
 #[derive(Clone, Debug)]
@@ -782,7 +783,6 @@ impl CheckedClient {
             return Ctx::Quiet;
         }
         st.nonce = response.nonce.clone();
-        st.ack_due = true;
         let mut verdict = judge(&ty, &response);
         // Delta: a name both sent (valid or not) and removed is a contradiction the
         // client NACKs; a TP3 error beside a removal is not.
@@ -793,6 +793,10 @@ impl CheckedClient {
             verdict.accept = false;
         }
         st.pending_nack = !verdict.accept;
+        if is_delta {
+            st.acks_due
+                .push_back((response.nonce.clone(), !verdict.accept));
+        }
         if verdict.accept {
             self.servers
                 .get_mut(&server)

@@ -335,7 +335,9 @@ impl Plan {
 
 #[derive(Clone, Debug)]
 enum Ev {
-    Churn { client: usize },
+    Churn {
+        client: usize,
+    },
     Update,
     Fault,
     Heal,

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use super::cache::ResourceTable;
 use super::envelope::{self, DeltaResource};
 use super::response::{Decoded, ResponseContext, canonical_name, decode_payload, nack_detail};
-use super::server::{InFlight, ServerState};
+use super::server::{InFlight, PendingAck, ServerState};
 use super::{Code, DeltaRequest, StreamId, TypeIdx, XdsClient};
 use crate::pb::envoy::config::core::v3::Node;
 use crate::resource::{self, ResourceTypeInfo, ResourceValue};
@@ -46,7 +46,7 @@ impl ServerState {
             // A type's first request names what it subscribes: an empty one would be
             // a wildcard subscription (LDS/CDS).
             let due = if ts.ever_sent {
-                !ts.new_names.is_empty() || !ts.unsubscribe.is_empty() || ts.ack_due
+                !ts.new_names.is_empty() || !ts.unsubscribe.is_empty() || !ts.delta_acks.is_empty()
             } else {
                 !ts.new_names.is_empty()
             };
@@ -69,19 +69,19 @@ impl ServerState {
         ts.resubscribed.clear();
         let mut unsubscribe = std::mem::take(&mut ts.unsubscribe);
         unsubscribe.sort_unstable();
-        let (response_nonce, error_detail) = if std::mem::take(&mut ts.ack_due) {
-            let detail = ts
-                .nack
-                .take()
-                .map(|message| crate::pb::google::rpc::Status {
+        // One response answered per request, oldest first; the rest keep the type due.
+        let (response_nonce, error_detail) = match ts.delta_acks.pop_front() {
+            Some(PendingAck { nonce, nack }) => {
+                let detail = nack.map(|message| crate::pb::google::rpc::Status {
                     code: Code::INVALID_ARGUMENT.0,
                     message,
                     details: Vec::new(),
                 });
-            (ts.nonce.clone(), detail)
-        } else {
-            (String::new(), None)
+                (nonce, detail)
+            }
+            None => (String::new(), None),
         };
+        let more_due = !ts.delta_acks.is_empty();
         let request = DeltaRequest {
             node: (!stream.sent_node).then(|| node.clone()),
             type_url: types[t].type_url(),
@@ -92,6 +92,9 @@ impl ServerState {
             error_detail,
         };
         stream.sent_node = true;
+        if more_due {
+            stream.mark_dirty(t);
+        }
         stream.in_flight = Some(InFlight {
             type_idx: t,
             names: subscribe,

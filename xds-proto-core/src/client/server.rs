@@ -51,8 +51,38 @@ pub(super) struct StreamTypeState {
     /// Delta: names in `new_names` whose unsubscribe, still to be sent, a new watch
     /// cancelled: the server still tracks them.
     pub(super) resubscribed: Vec<Arc<str>>,
-    /// Delta: a response is waiting for its ACK or NACK (its nonce is `nonce`).
-    pub(super) ack_due: bool,
+    /// Delta: the responses waiting for their ACK or NACK, oldest first: each nonce
+    /// with the NACK's message, if rejected. Every delta response is answered, each
+    /// by its own request (a later ACK does not stand for an earlier NACK, as it
+    /// does in state of the world).
+    pub(super) delta_acks: VecDeque<PendingAck>,
+}
+
+/// A delta response's ACK (no message) or NACK, not yet sent.
+#[derive(Debug, Clone)]
+pub(super) struct PendingAck {
+    pub(super) nonce: String,
+    pub(super) nack: Option<String>,
+}
+
+/// The bound on a type's unanswered delta responses. Only a server sending faster
+/// than the transport takes requests fills it; the oldest ACK (else the oldest NACK)
+/// is then dropped, so the server still hears of the latest responses.
+pub(super) const MAX_PENDING_DELTA_ACKS: usize = 256;
+
+impl StreamTypeState {
+    /// Queues the answer to the delta response with nonce `nonce`.
+    pub(super) fn queue_delta_ack(&mut self, nonce: String, nack: Option<String>) {
+        if self.delta_acks.len() >= MAX_PENDING_DELTA_ACKS {
+            let drop = self
+                .delta_acks
+                .iter()
+                .position(|a| a.nack.is_none())
+                .unwrap_or(0);
+            self.delta_acks.remove(drop);
+        }
+        self.delta_acks.push_back(PendingAck { nonce, nack });
+    }
 }
 
 /// A request of either variant, as the server's stream speaks it.
@@ -323,14 +353,20 @@ impl ServerState {
         let Some(stream) = self.stream.as_mut() else {
             return;
         };
-        match outcome {
+        let nack = match outcome {
             Ok(version) => {
                 self.types[t].version = version;
-                stream.types[t].nack = None;
+                None
             }
-            Err(detail) => stream.types[t].nack = Some(detail),
+            Err(detail) => Some(detail),
+        };
+        let ts = &mut stream.types[t];
+        if self.config.is_delta() {
+            let nonce = ts.nonce.clone();
+            ts.queue_delta_ack(nonce, nack);
+        } else {
+            ts.nack = nack;
         }
-        stream.types[t].ack_due = true;
         stream.mark_dirty(t);
     }
 

@@ -113,7 +113,9 @@ impl CheckedClient {
                 format!("the first {ty} request on {stream:?} subscribes nothing (a wildcard)"),
             ));
         }
-        let expected_nonce = if st.ack_due { st.nonce.as_str() } else { "" };
+        // The oldest unanswered response is answered first, each by its own request.
+        let answering = st.acks_due.front().cloned();
+        let expected_nonce = answering.as_ref().map_or("", |(nonce, _)| nonce.as_str());
         if req.response_nonce != expected_nonce {
             return Err(violation(
                 "delta-nonce-acks-each-response-once",
@@ -124,7 +126,7 @@ impl CheckedClient {
                 ),
             ));
         }
-        if st.requested && !st.ack_due && sub.is_empty() && unsub.is_empty() {
+        if st.requested && answering.is_none() && sub.is_empty() && unsub.is_empty() {
             return Err(violation(
                 "delta-request-has-reason",
                 now,
@@ -167,6 +169,14 @@ impl CheckedClient {
             error_detail: req.error_detail.clone(),
             ..Default::default()
         };
+        // The SotW rules judge the NACK against the response this request answers.
+        if let Some(st) = self
+            .streams
+            .get_mut(&stream)
+            .and_then(|s| s.types.get_mut(&req.type_url))
+        {
+            st.pending_nack = answering.as_ref().is_some_and(|(_, nack)| *nack);
+        }
         self.on_send(now, stream, &as_sotw)?;
         let st = self
             .streams
@@ -174,7 +184,9 @@ impl CheckedClient {
             .and_then(|s| s.types.get_mut(&req.type_url))
             .expect("on_send recorded the type");
         st.tracked = tracked;
-        st.ack_due = false;
+        if answering.is_some() {
+            st.acks_due.pop_front();
+        }
         Ok(())
     }
 
