@@ -676,3 +676,124 @@ fn a_delta_primary_falls_back_to_a_sotw_server_and_takes_its_authority_back() {
     );
     assert_eq!(&*h.client.resource_snapshot()[0].version, "v1");
 }
+
+// ----- the explicit wildcard -----
+
+#[test]
+fn a_wildcard_watch_hears_every_resource_beside_a_named_watch_until_it_goes() {
+    let mut h = Harness::delta();
+    let all = h.watch::<Cds>("*");
+    let s = h.connect_first_delta(CDS, &["*"]);
+    h.expect_nothing(); // no does-not-exist timer for the wildcard
+    assert_eq!(h.client.poll_timeout(), None);
+    let two = vec![
+        ("c1", "v1", cluster_v("c1", 1)),
+        ("c2", "v1", cluster_v("c2", 2)),
+    ];
+    h.respond_delta(s, delta_response(CDS, "n1", two, &[]));
+    for (name, value) in [("c1", 1), ("c2", 2)] {
+        let n = h.expect_notify();
+        assert_eq!((n.watcher, &*n.name), (all, name));
+        assert_eq!(changed_value(&n), value);
+    }
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
+    h.sent(s);
+    h.expect_nothing();
+    let names: Vec<String> = (h.client.resource_snapshot().iter())
+        .map(|r| r.name.to_string())
+        .collect();
+    assert!(names.contains(&"c1".to_string()) && names.contains(&"c2".to_string()));
+
+    // A named watch of c1 alongside: told the cached value, and c1 is subscribed by
+    // name so that it outlives the wildcard.
+    let one = h.watch::<Cds>("c1");
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name, changed_value(&n)), (one, "c1", 1));
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).subscribe(&["c1"])
+    );
+    h.sent(s);
+    h.respond_delta(
+        s,
+        delta_response(CDS, "n2", vec![("c1", "v2", cluster_v("c1", 3))], &[]),
+    );
+    let watchers: Vec<_> = (0..2).map(|_| h.expect_notify()).collect();
+    assert_eq!(
+        watchers
+            .iter()
+            .map(|n| (n.watcher, changed_value(n)))
+            .collect::<Vec<_>>(),
+        [(one, 3), (all, 3)]
+    );
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n2"));
+    h.sent(s);
+
+    // c2 removed: cached, so its value stays with an ambient NOT_FOUND (A88).
+    h.respond_delta(s, delta_response(CDS, "n3", vec![], &["c2"]));
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name), (all, "c2"));
+    assert_eq!(ambient_error(&n).kind, ErrorKind::DeletionIgnored);
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n3"));
+    h.sent(s);
+    h.expect_nothing();
+
+    // The wildcard goes: "*" is unsubscribed, c2 (held only for it) is forgotten,
+    // c1 stays for its named watch and hears nothing new.
+    h.cancel(all);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).unsubscribe(&["*"])
+    );
+    h.sent(s);
+    h.expect_nothing();
+    let names: Vec<String> = (h.client.resource_snapshot().iter())
+        .map(|r| r.name.to_string())
+        .collect();
+    assert_eq!(names, ["c1"]);
+    h.respond_delta(
+        s,
+        delta_response(CDS, "n4", vec![("c1", "v3", cluster_v("c1", 4))], &[]),
+    );
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_value(&n)), (one, 4));
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n4"));
+    h.sent(s);
+    h.expect_nothing();
+}
+
+#[test]
+fn a_named_watch_that_goes_leaves_the_resource_to_the_wildcard() {
+    let mut h = Harness::delta();
+    let all = h.watch::<Cds>("*");
+    let s = h.connect_first_delta(CDS, &["*"]);
+    h.respond_delta(
+        s,
+        delta_response(CDS, "n1", vec![("c1", "v1", cluster_v("c1", 1))], &[]),
+    );
+    assert_eq!(h.expect_notify().watcher, all);
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
+    h.sent(s);
+    let one = h.watch::<Cds>("c1");
+    assert_eq!(h.expect_notify().watcher, one);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).subscribe(&["c1"])
+    );
+    h.sent(s);
+    h.cancel(one);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).unsubscribe(&["c1"])
+    );
+    h.sent(s);
+    h.expect_nothing();
+    // Still cached for the wildcard, whose watcher hears of the next copy.
+    assert_eq!(h.client.resource_snapshot().len(), 2);
+    h.respond_delta(
+        s,
+        delta_response(CDS, "n2", vec![("c1", "v2", cluster_v("c1", 2))], &[]),
+    );
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, changed_value(&n)), (all, 2));
+}

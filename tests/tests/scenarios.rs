@@ -1748,3 +1748,36 @@ fn csds_reports_every_state_with_versions_raw_bytes_and_errors() {
     assert_eq!(failure.version_info, "2");
     assert!(!failure.details.is_empty());
 }
+
+#[test]
+fn a_wildcard_watch_hears_every_resource_and_sotw_omissions_delete_them() {
+    let mut h = Harness::new();
+    let all = h.watch::<Cds>("*");
+    let s = h.connect_first(CDS, &["*"]);
+    assert_eq!(
+        h.client.poll_timeout(),
+        None,
+        "no does-not-exist timer for *"
+    );
+    h.respond(
+        s,
+        CDS,
+        "1",
+        "n1",
+        vec![cluster_v("c1", 1), cluster_v("c2", 2)],
+    );
+    for name in ["c1", "c2"] {
+        let n = h.expect_notify();
+        assert_eq!((n.watcher, &*n.name), (all, name));
+        value_of(&n);
+    }
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["*"], "1", "n1"));
+    h.sent(s);
+    // A SotW CDS response that omits c2 deleted it: cached, so an ambient NOT_FOUND.
+    h.respond(s, CDS, "2", "n2", vec![cluster_v("c1", 1)]);
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name), (all, "c2"));
+    assert_eq!(ambient_error(&n).kind, ErrorKind::DeletionIgnored);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["*"], "2", "n2"));
+    h.expect_nothing();
+}

@@ -38,7 +38,11 @@ pub(super) struct ResourceEntry {
     pub(super) name: Arc<str>,
     /// The authority whose servers serve it.
     pub(super) authority: usize,
+    /// The watchers that named it.
     pub(super) watchers: Vec<WatcherId>,
+    /// The watchers of the type's explicit wildcard (`*`) that hear of it: a resource
+    /// the server sent for the wildcard, held while they are or a named watch is.
+    pub(super) wildcard_watchers: Vec<WatcherId>,
     pub(super) cached: Option<Cached>,
     /// Known not to exist, and why (the timer fired, the server said NOT_FOUND, or it
     /// deleted the resource). With a value still cached, the deletion was ignored
@@ -68,10 +72,19 @@ pub(super) struct ResourceEntry {
 impl ResourceEntry {
     /// A resource watched for the first time, by `watcher`.
     pub(super) fn new(name: Arc<str>, authority: usize, watcher: WatcherId) -> ResourceEntry {
+        let mut entry = ResourceEntry::for_wildcard(name, authority);
+        entry.watchers.push(watcher);
+        entry
+    }
+
+    /// A resource held only for the wildcard's watchers: it is received because of the
+    /// `*` subscription, never subscribed by name.
+    pub(super) fn for_wildcard(name: Arc<str>, authority: usize) -> ResourceEntry {
         ResourceEntry {
             name,
             authority,
-            watchers: vec![watcher],
+            watchers: Vec::new(),
+            wildcard_watchers: Vec::new(),
             cached: None,
             does_not_exist: None,
             timed_out: false,
@@ -83,6 +96,11 @@ impl ResourceEntry {
             seen_in: 0,
             seen_at: 0,
         }
+    }
+
+    /// Everyone who hears of it: its named watchers, then the wildcard's.
+    fn all_watchers(&self) -> impl Iterator<Item = &WatcherId> {
+        self.watchers.iter().chain(&self.wildcard_watchers)
     }
 
     /// "Cached" in the A71 sense: a value, or known not to exist.
@@ -146,7 +164,7 @@ impl ResourceEntry {
                 .or(self.nack.as_ref())
                 .or(self.does_not_exist.as_ref())
                 .cloned(),
-            watchers: self.watchers.len(),
+            watchers: self.watchers.len() + self.wildcard_watchers.len(),
         }
     }
 
@@ -157,7 +175,7 @@ impl ResourceEntry {
         type_url: &'static str,
         event: WatchEvent,
     ) {
-        for w in &self.watchers {
+        for w in self.all_watchers() {
             actions.push_back(Action::Notify(Notification {
                 watcher: *w,
                 type_url,
@@ -182,7 +200,7 @@ impl ResourceEntry {
         }
         self.error = Some(error.clone());
         let event = if self.cached.is_some() {
-            self.ambient_holders.clone_from(&self.watchers);
+            self.ambient_holders = self.all_watchers().copied().collect();
             WatchEvent::AmbientError(error)
         } else {
             self.ambient_holders.clear();
@@ -245,7 +263,7 @@ impl ResourceEntry {
         error: &XdsError,
     ) {
         if self.cached.is_some() {
-            self.ambient_holders.clone_from(&self.watchers);
+            self.ambient_holders = self.all_watchers().copied().collect();
         }
         let event = if self.is_cached() {
             WatchEvent::AmbientError(error.clone())

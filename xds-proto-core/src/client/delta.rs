@@ -185,6 +185,7 @@ impl XdsClient {
             .chain(response.removed_resource_names.into_iter().map(|r| r.name));
         let removed = self.check_removals(&cx, removed_names, &mut decoded);
         let server_errors = self.check_resource_errors(&cx, response.resource_errors, &mut decoded);
+        self.adopt_for_wildcard(&cx, &mut decoded);
         self.apply_items(&cx, &mut decoded);
         self.apply_server_errors(&cx, &server_errors);
         let table = &mut self.resources[t];

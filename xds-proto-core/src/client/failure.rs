@@ -5,11 +5,9 @@
 use std::sync::Arc;
 
 use super::timer::{TimerKey, timer_bit};
+use super::wildcard::WILDCARD;
 use super::{Status, TypeIdx, UpdateFailure, XdsClient, XdsError};
 use crate::time::Instant;
-
-/// The name that subscribes to every resource of a type (an explicit wildcard).
-const WILDCARD: &str = "*";
 
 impl XdsClient {
     /// Starts `server`'s does-not-exist timer of a resource whose subscribing request

@@ -47,6 +47,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 mod timer;
+mod wildcard;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -284,7 +285,11 @@ impl XdsClient {
         let conn = self.authorities[authority]
             .active()
             .and_then(|s| self.servers[s].connectivity_error.clone());
+        if &*canonical == wildcard::WILDCARD {
+            self.join_wildcard(t, id, authority, conn.as_ref());
+        }
         if let Some(entry) = self.resources[t].get_mut(&canonical) {
+            let held_for_wildcard = entry.watchers.is_empty();
             entry.watchers.push(id);
             let name = entry.name.clone();
             self.watchers.insert(id, (t, name.clone()));
@@ -303,6 +308,9 @@ impl XdsClient {
                     name: name.clone(),
                     event,
                 }));
+            }
+            if held_for_wildcard {
+                self.name_wildcard_resource(t, &name, authority);
             }
             return Ok(id);
         }
@@ -341,6 +349,9 @@ impl XdsClient {
         tracing::trace!(%watcher, name = %name, "watch cancelled");
         self.actions
             .retain(|a| !matches!(a, Action::Notify(n) if n.watcher == watcher));
+        if &*name == wildcard::WILDCARD {
+            self.leave_wildcard(t, watcher);
+        }
         let Some(entry) = self.resources[t].get_mut(&name) else {
             return;
         };
@@ -350,6 +361,9 @@ impl XdsClient {
             return;
         }
         let authority = entry.authority;
+        if !entry.wildcard_watchers.is_empty() {
+            return self.unname_wildcard_resource(t, &name, authority);
+        }
         if let Some(mut entry) = self.resources[t].remove(&name) {
             let servers = &self.authorities[authority].servers;
             entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));

@@ -62,7 +62,7 @@ pub(super) struct Decoded {
     /// Delta: each item's own version (SotW items take the response's).
     pub(super) versions: Vec<Arc<str>>,
     /// The unwatched names and their item, only to find duplicates.
-    unwatched: HashMap<String, usize>,
+    pub(super) unwatched: HashMap<String, usize>,
     /// The NACK's reasons.
     pub(super) errors: Vec<String>,
     /// A resource failed before its name was known: deletions cannot be told apart.
@@ -172,10 +172,12 @@ impl XdsClient {
         let count = response.resources.len();
         let mut decoded = self.decode_items(&cx, response.resources);
         let server_errors = self.check_resource_errors(&cx, response.resource_errors, &mut decoded);
+        self.adopt_for_wildcard(&cx, &mut decoded);
         let present_here = self.apply_items(&cx, &mut decoded);
         self.apply_server_errors(&cx, &server_errors);
         if self.types[t].all_resources_required_in_sotw() && !decoded.unnamed_error {
             self.apply_deletions(&cx, present_here, &server_errors);
+            self.apply_wildcard_deletions(&cx);
         }
         tracing::debug!(
             server = %cx.config.server_uri,
@@ -294,13 +296,15 @@ impl XdsClient {
             if authority.active() != Some(cx.server) {
                 continue; // served by another server of its authority (A71)
             }
+            let named = !entry.watchers.is_empty();
             debug_assert!(
-                self.servers[cx.server].types[cx.t]
-                    .subscribed
-                    .contains(&entry.name),
+                !named
+                    || self.servers[cx.server].types[cx.t]
+                        .subscribed
+                        .contains(&entry.name),
                 "the active server's subscription names every watched resource it serves"
             );
-            present_here += 1;
+            present_here += usize::from(named);
             entry.disarm_timers(cx.t, &authority.servers, None, |key| cancelled.push(key));
             let update = match outcome {
                 Outcome::Invalid(message) => {
