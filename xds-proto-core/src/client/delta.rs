@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::cache::ResourceTable;
 use super::envelope::{self, DeltaResource};
-use super::response::{Decoded, ResponseContext, canonical_name, decode_payload, nack_detail};
+use super::response::{Decoded, ResponseContext, canonical_name, decode_payload};
 use super::server::{InFlight, PendingAck, ServerState};
 use super::{Code, DeltaRequest, StreamId, TypeIdx, XdsClient};
 use crate::pb::envoy::config::core::v3::Node;
@@ -166,17 +166,7 @@ impl XdsClient {
         response: envelope::DeltaDiscoveryResponse,
         now: Instant,
     ) -> Result<String, String> {
-        self.responses_applied += 1;
-        let cx = ResponseContext {
-            server,
-            t,
-            type_url: self.types[t].type_url(),
-            config: self.servers[server].config.clone(),
-            version: Arc::from(response.system_version_info.as_str()),
-            version_info: response.system_version_info,
-            stamp: self.responses_applied,
-            now,
-        };
+        let cx = self.response_context(server, t, response.system_version_info, now);
         let count = response.resources.len() as u64;
         let mut decoded = self.decode_delta_items(&cx, response.resources);
         let removed_names = response
@@ -206,20 +196,7 @@ impl XdsClient {
                 now,
             );
         }
-        tracing::debug!(
-            server = %cx.config.server_uri,
-            type_url = cx.type_url,
-            version = %cx.version_info,
-            valid = decoded.valid,
-            invalid = count - decoded.valid,
-            server_errors = server_errors.len(),
-            "delta response applied"
-        );
-        if decoded.errors.is_empty() {
-            Ok(cx.version_info)
-        } else {
-            Err(nack_detail(&decoded.errors))
-        }
+        cx.outcome(&decoded, count, server_errors.len())
     }
 
     /// Decodes the delta resources into items with their versions, and counts them

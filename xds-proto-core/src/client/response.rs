@@ -35,6 +35,34 @@ pub(super) struct ResponseContext {
     pub(super) now: Instant,
 }
 
+impl ResponseContext {
+    /// Logs the applied response (`count` resources, of which `decoded.valid` were
+    /// valid) and returns the version to ACK, or the NACK's error detail listing
+    /// every rejected resource.
+    pub(super) fn outcome(
+        self,
+        decoded: &Decoded,
+        count: u64,
+        server_errors: usize,
+    ) -> Result<String, String> {
+        tracing::debug!(
+            server = %self.config.server_uri,
+            type_url = self.type_url,
+            version = %self.version_info,
+            delta = self.config.is_delta(),
+            valid = decoded.valid,
+            invalid = count - decoded.valid,
+            server_errors,
+            "response applied"
+        );
+        if decoded.errors.is_empty() {
+            Ok(self.version_info)
+        } else {
+            Err(nack_detail(&decoded.errors))
+        }
+    }
+}
+
 /// What a response says about one named resource.
 pub(super) enum Outcome {
     /// The same bytes as cached (found without decoding).
@@ -158,17 +186,7 @@ impl XdsClient {
         response: envelope::DiscoveryResponse,
         now: Instant,
     ) -> Result<String, String> {
-        self.responses_applied += 1;
-        let cx = ResponseContext {
-            server,
-            t,
-            type_url: self.types[t].type_url(),
-            config: self.servers[server].config.clone(),
-            version: Arc::from(response.version_info.as_str()),
-            version_info: response.version_info,
-            stamp: self.responses_applied,
-            now,
-        };
+        let cx = self.response_context(server, t, response.version_info, now);
         let count = response.resources.len();
         let mut decoded = self.decode_items(&cx, response.resources);
         let server_errors = self.check_resource_errors(&cx, response.resource_errors, &mut decoded);
@@ -179,19 +197,28 @@ impl XdsClient {
             self.apply_deletions(&cx, present_here, &server_errors);
             self.apply_wildcard_deletions(&cx);
         }
-        tracing::debug!(
-            server = %cx.config.server_uri,
-            type_url = cx.type_url,
-            version = %cx.version_info,
-            valid = decoded.valid,
-            invalid = count as u64 - decoded.valid,
-            server_errors = server_errors.len(),
-            "response applied"
-        );
-        if decoded.errors.is_empty() {
-            Ok(cx.version_info)
-        } else {
-            Err(nack_detail(&decoded.errors))
+        cx.outcome(&decoded, count as u64, server_errors.len())
+    }
+
+    /// The context of the next response applied on `server` for type `t`: the
+    /// response's number is taken here, once per response.
+    pub(super) fn response_context(
+        &mut self,
+        server: usize,
+        t: TypeIdx,
+        version_info: String,
+        now: Instant,
+    ) -> ResponseContext {
+        self.responses_applied += 1;
+        ResponseContext {
+            server,
+            t,
+            type_url: self.types[t].type_url(),
+            config: self.servers[server].config.clone(),
+            version: Arc::from(version_info.as_str()),
+            version_info,
+            stamp: self.responses_applied,
+            now,
         }
     }
 
