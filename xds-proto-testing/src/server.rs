@@ -303,15 +303,7 @@ impl ManagementServer {
         let Some(stream) = self.streams.get(&key) else {
             return Vec::new();
         };
-        let mut due: Vec<&'static str> = stream
-            .types
-            .iter()
-            .filter(|(_, st)| st.dirty)
-            .map(|(t, _)| *t)
-            .collect();
-        for i in (1..due.len()).rev() {
-            due.swap(i, pick(i + 1));
-        }
+        let due = shuffled_due(stream.types.iter().map(|(t, st)| (*t, st.dirty)), &mut pick);
         let mut out = Vec::new();
         for t in due {
             let response = self.build(key, t);
@@ -418,6 +410,19 @@ impl ManagementServer {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The types marked dirty, in an order shuffled by `pick` (Fisher-Yates: `pick(n)`
+/// returns an index below `n`): the order a stream's due responses go out in.
+pub(crate) fn shuffled_due(
+    types: impl Iterator<Item = (&'static str, bool)>,
+    pick: &mut impl FnMut(usize) -> usize,
+) -> Vec<&'static str> {
+    let mut due: Vec<&'static str> = types.filter(|(_, dirty)| *dirty).map(|(t, _)| t).collect();
+    for i in (1..due.len()).rev() {
+        due.swap(i, pick(i + 1));
+    }
+    due
 }
 
 #[cfg(test)]

@@ -115,15 +115,7 @@ impl ManagementServer {
         let Some(stream) = self.delta_streams.get(&key) else {
             return Vec::new();
         };
-        let mut due: Vec<&'static str> = stream
-            .types
-            .iter()
-            .filter(|(_, st)| st.dirty)
-            .map(|(t, _)| *t)
-            .collect();
-        for i in (1..due.len()).rev() {
-            due.swap(i, pick(i + 1));
-        }
+        let due = super::shuffled_due(stream.types.iter().map(|(t, st)| (*t, st.dirty)), &mut pick);
         let mut out = Vec::new();
         for t in due {
             let Some(response) = self.build_delta(key, t) else {
