@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use xds_adapter_common::{ChannelEvent, ChannelEventStream, KeepaliveSettings, Runtime};
+use xds_adapter_common::{
+    ChannelEvent, ChannelEventStream, Client, KeepaliveSettings, Runtime, WatchStream,
+};
 use xds_proto_core::backoff::BackoffConfig;
 use xds_proto_core::resource::{Cds, Lds};
 use xds_proto_core::{Code, ErrorKind, Status, StreamId, XdsResourceType};
@@ -274,49 +276,68 @@ pub async fn silent_server_mid_stream<R: Runtime>(keepalive: bool) {
     server.stop().await;
 }
 
-/// The server retires its connection every 300 ms: a GOAWAY, then the stream on it
-/// ended with UNAVAILABLE (as a server with a maximum connection age does). Every
-/// rotation's new stream goes on a new connection and gets its response: no failed
-/// connection attempt, no stream that ends without a response, no watcher error.
-pub async fn goaway_rotations_use_fresh_connections<R: Runtime>() {
-    let rt = R::current().expect("a runtime");
-    let server = LoopbackServer::start();
-    server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
-    let proxy = FaultProxy::start(server.addr());
-    let client = builder::<R>(&bootstrap_json(&[proxy.uri()], "goaway-node"))
-        .backoff(BackoffConfig {
-            // A spurious failure would show as a visible pause.
-            initial: Duration::from_secs(5),
-            ..short_backoff()
-        })
-        .build()
-        .expect("client");
-    let mut events = client.channel_events();
-    let mut seen = Vec::new();
-    let mut cds = client.watch::<Cds>("cluster-1").await.expect("watch");
-    next_value(&rt, &mut cds).await;
-    let mut stream = record_until(
-        &rt,
-        &mut events,
-        &mut seen,
-        PROMPT,
-        "the first response",
-        |e| match e {
-            ChannelEvent::ResponseReceived { stream, .. } => Some(*stream),
-            _ => None,
-        },
-    )
-    .await;
-    const ROTATIONS: usize = 5;
-    for _ in 0..ROTATIONS {
-        rt.sleep(Duration::from_millis(300)).await;
-        assert!(proxy.send_goaway().await >= 1, "the GOAWAY was written");
-        server.close_streams(Status::new(Code::UNAVAILABLE, "max connection age"));
-        let old = stream;
-        stream = record_until(
+/// A client behind the fault proxy watching `cluster-1`, with a long backoff (a
+/// spurious failure would show as a visible pause), once its first response is in.
+struct GoawayScene<R: Runtime> {
+    rt: R,
+    server: LoopbackServer,
+    proxy: FaultProxy,
+    client: Client<R>,
+    events: ChannelEventStream,
+    seen: Vec<ChannelEvent>,
+    cds: WatchStream<Cds>,
+    /// The stream of the last response.
+    stream: StreamId,
+}
+
+impl<R: Runtime> GoawayScene<R> {
+    async fn start(node: &str) -> GoawayScene<R> {
+        let rt = R::current().expect("a runtime");
+        let server = LoopbackServer::start();
+        server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
+        let proxy = FaultProxy::start(server.addr());
+        let client = builder::<R>(&bootstrap_json(&[proxy.uri()], node))
+            .backoff(BackoffConfig {
+                initial: Duration::from_secs(5),
+                ..short_backoff()
+            })
+            .build()
+            .expect("client");
+        let mut events = client.channel_events();
+        let mut seen = Vec::new();
+        let mut cds = client.watch::<Cds>("cluster-1").await.expect("watch");
+        next_value(&rt, &mut cds).await;
+        let stream = record_until(
             &rt,
             &mut events,
             &mut seen,
+            PROMPT,
+            "the first response",
+            |e| match e {
+                ChannelEvent::ResponseReceived { stream, .. } => Some(*stream),
+                _ => None,
+            },
+        )
+        .await;
+        GoawayScene {
+            rt,
+            server,
+            proxy,
+            client,
+            events,
+            seen,
+            cds,
+            stream,
+        }
+    }
+
+    /// Waits for a response on a stream other than the last one.
+    async fn next_stream_responds(&mut self) {
+        let old = self.stream;
+        self.stream = record_until(
+            &self.rt,
+            &mut self.events,
+            &mut self.seen,
             Duration::from_secs(3),
             "the next stream's response",
             |e| match e {
@@ -326,20 +347,46 @@ pub async fn goaway_rotations_use_fresh_connections<R: Runtime>() {
         )
         .await;
     }
-    drain(&mut events, &mut seen);
-    assert_rotations_were_clean(&seen, ROTATIONS);
-    assert_eq!(
-        proxy.connections(),
-        ROTATIONS + 1,
-        "one connection per rotation"
-    );
-    assert_no_replacing_error::<Cds>(&ready_updates(&mut cds));
-    assert!(
-        ready_updates(&mut cds).is_empty(),
-        "nothing reached the watcher"
-    );
-    client.shutdown().await;
-    server.stop().await;
+
+    /// Every stream went on a new connection, one per rotation, and nothing failed:
+    /// no attempt, no stream without a response, no watcher error.
+    async fn assert_clean_and_stop(mut self, rotations: usize) {
+        drain(&mut self.events, &mut self.seen);
+        assert_rotations_were_clean(&self.seen, rotations);
+        assert_eq!(
+            self.proxy.connections(),
+            rotations + 1,
+            "one connection per rotation"
+        );
+        assert_no_replacing_error::<Cds>(&ready_updates(&mut self.cds));
+        assert!(
+            ready_updates(&mut self.cds).is_empty(),
+            "nothing reached the watcher"
+        );
+        self.client.shutdown().await;
+        self.server.stop().await;
+    }
+}
+
+/// The server retires its connection every 300 ms: a GOAWAY, then the stream on it
+/// ended with UNAVAILABLE (as a server with a maximum connection age does). Every
+/// rotation's new stream goes on a new connection and gets its response: no failed
+/// connection attempt, no stream that ends without a response, no watcher error.
+pub async fn goaway_rotations_use_fresh_connections<R: Runtime>() {
+    let mut scene = GoawayScene::<R>::start("goaway-node").await;
+    const ROTATIONS: usize = 5;
+    for _ in 0..ROTATIONS {
+        scene.rt.sleep(Duration::from_millis(300)).await;
+        assert!(
+            scene.proxy.send_goaway().await >= 1,
+            "the GOAWAY was written"
+        );
+        scene
+            .server
+            .close_streams(Status::new(Code::UNAVAILABLE, "max connection age"));
+        scene.next_stream_responds().await;
+    }
+    scene.assert_clean_and_stop(ROTATIONS).await;
 }
 
 /// A GOAWAY arrives while the stream stays open (the server does not end it), then the
@@ -348,70 +395,14 @@ pub async fn goaway_rotations_use_fresh_connections<R: Runtime>() {
 /// the GOAWAY says it takes no new streams: the new stream must go on a new
 /// connection, and nothing fails.
 pub async fn a_stream_after_goaway_goes_on_a_new_connection<R: Runtime>() {
-    let rt = R::current().expect("a runtime");
-    let server = LoopbackServer::start();
-    server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
-    let proxy = FaultProxy::start(server.addr());
-    let client = builder::<R>(&bootstrap_json(&[proxy.uri()], "goaway-open-node"))
-        .backoff(BackoffConfig {
-            // A spurious failure would show as a visible pause.
-            initial: Duration::from_secs(5),
-            ..short_backoff()
-        })
-        .build()
-        .expect("client");
-    let mut events = client.channel_events();
-    let mut seen = Vec::new();
-    let mut cds = client.watch::<Cds>("cluster-1").await.expect("watch");
-    next_value(&rt, &mut cds).await;
-    let first = record_until(
-        &rt,
-        &mut events,
-        &mut seen,
-        PROMPT,
-        "the first response",
-        |e| match e {
-            ChannelEvent::ResponseReceived { stream, .. } => Some(*stream),
-            _ => None,
-        },
-    )
-    .await;
-    assert!(proxy.send_goaway().await >= 1, "the GOAWAY was written");
-    server.send_undecodable_message();
-    record_until(
-        &rt,
-        &mut events,
-        &mut seen,
-        Duration::from_secs(3),
-        "the new stream's response",
-        |e| match e {
-            ChannelEvent::ResponseReceived { stream, .. } if *stream != first => Some(()),
-            _ => None,
-        },
-    )
-    .await;
-    drain(&mut events, &mut seen);
-    for e in &seen {
-        if let ChannelEvent::ConnectFailed { reason, .. } = e {
-            panic!("a failed attempt: {reason}");
-        }
-    }
-    let connected: Vec<bool> = seen
-        .iter()
-        .filter_map(|e| match e {
-            ChannelEvent::Connected { reused, .. } => Some(*reused),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        connected,
-        vec![false, false],
-        "the second stream on a new connection"
+    let mut scene = GoawayScene::<R>::start("goaway-open-node").await;
+    assert!(
+        scene.proxy.send_goaway().await >= 1,
+        "the GOAWAY was written"
     );
-    assert_eq!(proxy.connections(), 2, "two connections");
-    assert_no_replacing_error::<Cds>(&ready_updates(&mut cds));
-    client.shutdown().await;
-    server.stop().await;
+    scene.server.send_undecodable_message();
+    scene.next_stream_responds().await;
+    scene.assert_clean_and_stop(1).await;
 }
 
 fn assert_rotations_were_clean(seen: &[ChannelEvent], rotations: usize) {
