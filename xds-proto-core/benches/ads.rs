@@ -23,9 +23,7 @@
 //!
 //! Run: `cargo bench -p xds-proto-core --bench ads`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,33 +38,10 @@ use xds_proto_core::{
     Action, Bootstrap, Cds, Code, Eds, Event, Instant, Status, StreamId, XdsClient,
     XdsClientConfig, XdsResourceType,
 };
+use xds_proto_testing::alloc::{self, CountingAlloc};
 use xds_proto_testing::peer;
 use xds_proto_testing::resources::any;
 use xds_proto_testing::resources::mesh::{cluster_name, istio_cluster, istio_endpoints};
-
-struct CountingAlloc;
-
-static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
-
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -252,11 +227,11 @@ fn report_cluster_memory() {
     let bytes = response(type_url::CLUSTER, "1", "n1", resources);
     let response_len = bytes.len() as i64;
     let (mut client, stream) = subscribed_client::<Cds>(&names);
-    let watched = LIVE_BYTES.load(Ordering::Relaxed);
+    let watched = alloc::live_bytes();
     deliver(&mut client, stream, &bytes);
     drop(bytes); // freed here but allocated before `watched`: added back below
     while client.poll_action().is_some() {}
-    let cached = LIVE_BYTES.load(Ordering::Relaxed) + response_len;
+    let cached = alloc::live_bytes() + response_len;
     let per_cluster = (cached - watched) as f64 / n as f64;
     println!(
         "memory: caching a cluster grows the heap by {per_cluster:.0} bytes; its raw bytes are \

@@ -13,12 +13,10 @@
 //!
 //! Run: `cargo bench -p xds-proto-core --bench lb`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -31,35 +29,7 @@ use xds_proto_core::resource::{
     ClusterResource, ClusterType, Endpoint, EndpointsResource, HealthStatus, LbPolicy, Locality,
     LocalityEndpoints, Priority,
 };
-
-struct CountingAlloc;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use xds_proto_testing::alloc::{self, CountingAlloc};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -167,7 +137,7 @@ fn report_allocations() {
     for (name, policy) in policies() {
         let mut lb = ready_lb(policy);
         let mut rng = SplitMix(11);
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = alloc::allocations();
         for _ in 0..100_000 {
             let args = PickArgs {
                 hash: Some(rng.next()),
@@ -177,7 +147,7 @@ fn report_allocations() {
                 lb.call_finished(Instant::ZERO, call, CallOutcome::Success);
             }
         }
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let allocations = alloc::allocations() - before;
         println!("lb {name}: allocations per 100,000 picks (with call_finished): {allocations}");
         assert_eq!(allocations, 0, "{name} picks allocate");
     }

@@ -21,49 +21,19 @@
 //!
 //! Run: `cargo bench -p xds-proto-core --bench selector`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use xds_proto_core::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use xds_proto_core::resource::route::RouteConfigResource;
 use xds_proto_core::selector::{ClusterRegistry, ConfigSelector, route_matches};
+use xds_proto_testing::alloc::{self, CountingAlloc};
 use xds_proto_testing::peer::SplitMix;
 use xds_proto_testing::resources::{
     cluster_action, decode_rc, forward, header, path, prefix, regex, routes_config, string_match,
     weighted_action, with_header,
 };
-
-struct CountingAlloc;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -132,7 +102,7 @@ fn allocations_per_pick(selector: &ConfigSelector, paths: &[String]) -> f64 {
         black_box(selector.select(p, &METADATA[..], &mut rng).ok());
     }
     let rounds = 2_000;
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = alloc::allocations();
     for _ in 0..rounds {
         for p in paths {
             black_box(
@@ -142,7 +112,7 @@ fn allocations_per_pick(selector: &ConfigSelector, paths: &[String]) -> f64 {
             );
         }
     }
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = alloc::allocations();
     (after - before) as f64 / (rounds * paths.len()) as f64
 }
 

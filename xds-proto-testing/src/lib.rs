@@ -56,6 +56,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod peer;
 pub mod resources;
 pub mod server;
