@@ -335,6 +335,24 @@ where
     Box::pin(stream.map(tag))
 }
 
+/// The start of every chain: the listener watched, nothing received yet. The other
+/// watches follow from what arrives (`run_until`).
+async fn watch_listener(client: &Client) -> (Updates, Received) {
+    let mut updates: Updates = SelectAll::new();
+    let got = Received {
+        eds_watched: vec![false; CLUSTERS],
+        ..Received::default()
+    };
+    updates.push(tagged(
+        client
+            .watch::<Lds>(LISTENER)
+            .await
+            .expect("watch the listener"),
+        Update::Listener,
+    ));
+    (updates, got)
+}
+
 /// What the client has received so far.
 #[derive(Default)]
 struct Received {
@@ -554,18 +572,7 @@ async fn follow_go_control_plane(ads: bool) {
     );
 
     let client = Client::from_bootstrap_json(&bootstrap(server.port)).expect("client");
-    let mut updates: Updates = SelectAll::new();
-    let mut got = Received {
-        eds_watched: vec![false; CLUSTERS],
-        ..Received::default()
-    };
-    updates.push(tagged(
-        client
-            .watch::<Lds>(LISTENER)
-            .await
-            .expect("watch the listener"),
-        Update::Listener,
-    ));
+    let (mut updates, mut got) = watch_listener(&client).await;
 
     // 1. The whole chain at snapshot version 1.
     run_until(

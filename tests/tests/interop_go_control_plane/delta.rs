@@ -92,18 +92,7 @@ async fn tokio_adapter_follows_go_control_plane_over_delta() {
     let json = bootstrap_with(server.port, r#", "api_type": "AGGREGATED_DELTA_GRPC""#);
     let client = Client::from_bootstrap_json(&json).expect("client");
     let mut events = client.channel_events();
-    let mut updates: Updates = SelectAll::new();
-    let mut got = Received {
-        eds_watched: vec![false; CLUSTERS],
-        ..Received::default()
-    };
-    updates.push(tagged(
-        client
-            .watch::<Lds>(LISTENER)
-            .await
-            .expect("watch the listener"),
-        Update::Listener,
-    ));
+    let (mut updates, mut got) = watch_listener(&client).await;
 
     // 1. The whole chain, every response ACKed on one delta stream.
     run_until(
