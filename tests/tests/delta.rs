@@ -7,10 +7,11 @@
 use std::time::Duration;
 
 use xds_proto_core::client::{Action, ErrorKind, ResourceStatusKind, WatchEvent};
-use xds_proto_core::{Cds, Code, Lds, Notification, StreamId, WatcherId, XdsError};
+use xds_proto_core::{Cds, Code, Lds, Notification, StreamId, WatcherId};
 use xds_proto_tests::fixtures::{self, cluster, cluster_v, listener};
 use xds_proto_tests::{
-    CDS, DELTA_BOOTSTRAP, DeltaReq, Harness, LDS, delta_errors, delta_response, resource_error,
+    CDS, DELTA_BOOTSTRAP, DeltaReq, Harness, LDS, ambient_error, changed_error, delta_errors,
+    delta_response, resource_error,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -27,20 +28,6 @@ fn changed_value(n: &Notification) -> u32 {
     match &n.event {
         WatchEvent::Changed(Ok(v)) => v.get::<Cds>().expect("a cluster").max_requests,
         other => panic!("expected a value for {:?}, got {other:?}", n.name),
-    }
-}
-
-fn changed_error(n: &Notification) -> &XdsError {
-    match &n.event {
-        WatchEvent::Changed(Err(e)) => e,
-        other => panic!("expected Changed(Err) for {:?}, got {other:?}", n.name),
-    }
-}
-
-fn ambient_error(n: &Notification) -> &XdsError {
-    match &n.event {
-        WatchEvent::AmbientError(e) => e,
-        other => panic!("expected AmbientError for {:?}, got {other:?}", n.name),
     }
 }
 

@@ -10,7 +10,8 @@ use xds_proto_core::pb::envoy::service::discovery::v3::Resource;
 use xds_proto_core::{Code, Event, Notification, StreamId, WatcherId};
 use xds_proto_tests::fixtures::{self, any, cluster, cluster_v, endpoints, listener, route_config};
 use xds_proto_tests::{
-    CDS, EDS, Harness, LDS, ONE_SERVER_BOOTSTRAP, RDS, Req, resource_error, response,
+    CDS, EDS, Harness, LDS, ONE_SERVER_BOOTSTRAP, RDS, Req, ambient_error, changed_error,
+    resource_error, response, value_of,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -20,27 +21,6 @@ fn fail_on_data_errors_bootstrap() -> String {
         r#""channel_creds": [{"type": "insecure"}]"#,
         r#""channel_creds": [{"type": "insecure"}], "server_features": ["fail_on_data_errors"]"#,
     )
-}
-
-fn value_of(n: &Notification) -> &xds_proto_core::ResourceValue {
-    match &n.event {
-        WatchEvent::Changed(Ok(v)) => v,
-        other => panic!("expected a value for {:?}, got {other:?}", n.name),
-    }
-}
-
-fn changed_error(n: &Notification) -> &xds_proto_core::XdsError {
-    match &n.event {
-        WatchEvent::Changed(Err(e)) => e,
-        other => panic!("expected a Changed(Err) for {:?}, got {other:?}", n.name),
-    }
-}
-
-fn ambient_error(n: &Notification) -> &xds_proto_core::XdsError {
-    match &n.event {
-        WatchEvent::AmbientError(e) => e,
-        other => panic!("expected an AmbientError for {:?}, got {other:?}", n.name),
-    }
 }
 
 /// Watches CDS `names` (one watcher each), connects, and has the server deliver them

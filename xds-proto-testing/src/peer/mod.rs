@@ -13,11 +13,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 use xds_proto_core::client::{
-    Action, Event, Notification, StreamId, WatcherId, XdsClient, XdsClientConfig,
+    Action, Event, Notification, StreamId, WatchEvent, WatcherId, XdsClient, XdsClientConfig,
 };
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::{Bootstrap, Code, Instant, ServerId, Status, WatchError, XdsResourceType};
+use xds_proto_core::resource::ResourceValue;
+use xds_proto_core::{
+    Bootstrap, Code, Instant, ServerId, Status, WatchError, XdsError, XdsResourceType,
+};
 
 mod delta;
 mod dependency;
@@ -39,6 +42,33 @@ pub const ONE_SERVER_BOOTSTRAP: &str = r#"{
   "xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
   "node": {"id": "test-node", "cluster": "test-cluster"}
 }"#;
+
+/// The value a `Changed(Ok)` notification carries; panics naming the resource
+/// otherwise.
+pub fn value_of(n: &Notification) -> &ResourceValue {
+    match &n.event {
+        WatchEvent::Changed(Ok(v)) => v,
+        other => panic!("expected a value for {:?}, got {other:?}", n.name),
+    }
+}
+
+/// The error a `Changed(Err)` notification carries; panics naming the resource
+/// otherwise.
+pub fn changed_error(n: &Notification) -> &XdsError {
+    match &n.event {
+        WatchEvent::Changed(Err(e)) => e,
+        other => panic!("expected a Changed(Err) for {:?}, got {other:?}", n.name),
+    }
+}
+
+/// The error an `AmbientError` notification carries; panics naming the resource
+/// otherwise.
+pub fn ambient_error(n: &Notification) -> &XdsError {
+    match &n.event {
+        WatchEvent::AmbientError(e) => e,
+        other => panic!("expected an AmbientError for {:?}, got {other:?}", n.name),
+    }
+}
 
 /// `client.watch::<T>(name)` for the built-in type whose URL is `type_url`: for drivers
 /// (the simulator, the fuzzer) that choose the type at run time. An unknown URL is
