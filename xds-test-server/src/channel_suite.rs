@@ -328,6 +328,7 @@ async fn update_in_flight<R: Runtime>(
     };
     let calls = (0..IN_FLIGHT).map(|i| call_echo(channel.clone(), slow(i)));
     let in_flight = futures::future::join_all(calls);
+    mesh.server.record_requests(true);
     let update = async {
         rt.sleep(Duration::from_millis(100)).await;
         mesh.server.set_resources(
@@ -357,6 +358,26 @@ async fn update_in_flight<R: Runtime>(
         blue > 0,
         "some in-flight RPCs were on blue when it left the routes"
     );
+    // With the last RPC on blue ended, its cluster reference is released: blue leaves
+    // the configuration and the client unsubscribes it.
+    let last_cds_names = || {
+        (mesh.server.requests().into_iter())
+            .rev()
+            .find(|r| r.type_url == type_url::CLUSTER)
+            .map(|r| r.resource_names)
+    };
+    within(
+        rt,
+        Duration::from_secs(5),
+        "blue's cluster released",
+        async {
+            while last_cds_names().is_none_or(|names| names.iter().any(|n| n == "blue")) {
+                rt.sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(last_cds_names(), Some(vec!["green".to_string()]));
     figures.in_flight_across_update = IN_FLIGHT;
 }
 
