@@ -1,7 +1,12 @@
 //! Every deadline of the client in one table, keyed by purpose: the reconnect backoff
 //! of a server and the does-not-exist timer of a resource on one server.
+//!
+//! Deadlines are ordered by (instant, arming sequence number), so arming one of the
+//! 10,000 timers a subscribing request starts costs integer comparisons, not name
+//! comparisons. Timers due at the same instant still fire in key order: the table
+//! takes all of them out together and sorts them before handing out the first.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::TypeIdx;
@@ -24,43 +29,53 @@ pub(super) fn timer_bit(position: usize) -> u64 {
     1 << position.min(63)
 }
 
+/// One arming of a key: its deadline and the sequence number that tells it from an
+/// earlier arming of the same key at the same instant.
+type Slot = (Instant, u64);
+
 /// The deadlines, ordered for [`next_deadline`](Self::next_deadline) and indexed by key
 /// so that a key is armed at most once.
 #[derive(Debug, Default)]
 pub(super) struct TimerTable {
-    by_deadline: BTreeSet<(Instant, TimerKey)>,
-    by_key: HashMap<TimerKey, Instant>,
+    by_deadline: BTreeMap<Slot, TimerKey>,
+    by_key: HashMap<TimerKey, Slot>,
+    next_seq: u64,
+    /// The timers of the instant being fired, taken out of `by_deadline` and sorted
+    /// in reverse key order (the next to fire last). An entry whose key was cancelled
+    /// or re-armed since is skipped: `by_key` no longer holds its slot.
+    due: Vec<(TimerKey, Slot)>,
 }
 
 impl TimerTable {
     /// Arms `key` for `at`, replacing its earlier deadline.
     pub(super) fn set(&mut self, key: TimerKey, at: Instant) {
-        if let Some(old) = self.by_key.insert(key.clone(), at) {
-            self.by_deadline.remove(&(old, key.clone()));
+        // A timer armed for no later than the instant being fired must fire in key
+        // order among the rest of it: put the rest back to be sorted again.
+        if self
+            .due
+            .last()
+            .is_some_and(|(_, (due_at, _))| at <= *due_at)
+        {
+            self.return_due();
         }
-        self.by_deadline.insert((at, key));
+        let slot = (at, self.next_seq);
+        self.next_seq += 1;
+        if let Some(old) = self.by_key.insert(key.clone(), slot) {
+            self.by_deadline.remove(&old);
+        }
+        self.by_deadline.insert(slot, key);
     }
 
     pub(super) fn cancel(&mut self, key: &TimerKey) {
         if let Some(old) = self.by_key.remove(key) {
-            self.by_deadline.remove(&(old, key.clone()));
+            self.by_deadline.remove(&old);
         }
     }
 
-    /// Cancels many keys. Many at once (a first delivery): one pass over the deadline
-    /// set instead of an ordered search, comparing names, per timer.
+    /// Cancels many keys (a first delivery disarms a whole subscription's timers).
     pub(super) fn cancel_all(&mut self, keys: &[TimerKey]) {
-        if keys.len() * 8 >= self.by_deadline.len() {
-            for key in keys {
-                self.by_key.remove(key);
-            }
-            let by_key = &self.by_key;
-            self.by_deadline
-                .retain(|(at, key)| by_key.get(key) == Some(at));
-        } else {
-            for key in keys {
-                self.cancel(key);
-            }
+        for key in keys {
+            self.cancel(key);
         }
     }
 
@@ -69,18 +84,58 @@ impl TimerTable {
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.by_deadline.first().map(|(at, _)| *at)
+        let due = self
+            .due
+            .iter()
+            .rev()
+            .find(|(key, slot)| self.is_live(key, slot))
+            .map(|(_, (at, _))| *at);
+        let queued = self.by_deadline.first_key_value().map(|((at, _), _)| *at);
+        match (due, queued) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Disarms and returns the earliest key due at `now`.
+    /// Disarms and returns the earliest key due at `now`; among keys due at the same
+    /// instant, the smallest first.
     pub(super) fn pop_expired(&mut self, now: Instant) -> Option<TimerKey> {
-        let (at, _) = self.by_deadline.first()?;
-        if *at > now {
-            return None;
+        loop {
+            while let Some((key, slot)) = self.due.pop() {
+                if slot.0 > now {
+                    self.due.push((key, slot)); // an earlier `now` than the firing's
+                    return None;
+                }
+                if self.is_live(&key, &slot) {
+                    self.by_key.remove(&key);
+                    return Some(key);
+                }
+            }
+            let (&(at, _), _) = self.by_deadline.first_key_value()?;
+            if at > now {
+                return None;
+            }
+            while let Some(entry) = self.by_deadline.first_entry()
+                && entry.key().0 == at
+            {
+                let slot = *entry.key();
+                self.due.push((entry.remove(), slot));
+            }
+            self.due.sort_unstable_by(|a, b| b.0.cmp(&a.0));
         }
-        let (_, key) = self.by_deadline.pop_first()?;
-        self.by_key.remove(&key);
-        Some(key)
+    }
+
+    fn is_live(&self, key: &TimerKey, slot: &Slot) -> bool {
+        self.by_key.get(key) == Some(slot)
+    }
+
+    /// Puts the live timers of the instant being fired back among the others.
+    fn return_due(&mut self) {
+        for (key, slot) in std::mem::take(&mut self.due) {
+            if self.is_live(&key, &slot) {
+                self.by_deadline.insert(slot, key);
+            }
+        }
     }
 }
 
@@ -120,6 +175,117 @@ mod tests {
                 t.next_deadline(),
                 Some(Instant::from_secs(cancelled as u64 + 1))
             );
+        }
+    }
+
+    #[test]
+    fn timers_due_at_one_instant_fire_in_key_order_whatever_the_arming_order() {
+        let name = |n: &str| TimerKey::DoesNotExist(0, 0, Arc::from(n));
+        let mut t = TimerTable::default();
+        for n in ["c", "a", "d", "b"] {
+            t.set(name(n), Instant::from_secs(15));
+        }
+        t.set(TimerKey::Reconnect(3), Instant::from_secs(15));
+        t.set(name("0"), Instant::from_secs(16));
+        assert_eq!(
+            t.pop_expired(Instant::from_secs(15)),
+            Some(TimerKey::Reconnect(3))
+        );
+        assert_eq!(t.pop_expired(Instant::from_secs(15)), Some(name("a")));
+        // Mid-firing: "c" cancelled, "b" re-armed later, "aa" armed for the same instant.
+        t.cancel(&name("c"));
+        t.set(name("b"), Instant::from_secs(20));
+        t.set(name("aa"), Instant::from_secs(15));
+        assert_eq!(t.next_deadline(), Some(Instant::from_secs(15)));
+        assert_eq!(t.pop_expired(Instant::from_secs(15)), Some(name("aa")));
+        assert_eq!(t.pop_expired(Instant::from_secs(15)), Some(name("d")));
+        assert_eq!(t.pop_expired(Instant::from_secs(15)), None);
+        assert_eq!(t.next_deadline(), Some(Instant::from_secs(16)));
+        assert!(t.is_armed(&name("b")) && !t.is_armed(&name("c")));
+    }
+
+    /// One step of the property below: arm (key, seconds), cancel a key, or fire what
+    /// is due at a time.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Set(u8, u8),
+        Cancel(u8),
+        Fire(u8),
+    }
+
+    impl quickcheck::Arbitrary for Op {
+        fn arbitrary(g: &mut quickcheck::Gen) -> Op {
+            let (k, at) = (u8::arbitrary(g) % 12, u8::arbitrary(g) % 8);
+            match u8::arbitrary(g) % 4 {
+                0 | 1 => Op::Set(k, at),
+                2 => Op::Cancel(k),
+                _ => Op::Fire(at),
+            }
+        }
+    }
+
+    fn key_of(k: u8) -> TimerKey {
+        match k {
+            0..3 => TimerKey::Reconnect(k as usize),
+            _ => TimerKey::DoesNotExist(k as usize % 2, 0, Arc::from(format!("n{}", k % 5))),
+        }
+    }
+
+    quickcheck::quickcheck! {
+        /// The table behaves as one ordered set of (deadline, key), the simplest
+        /// correct table: the same keys fire in the same order, and the same
+        /// deadline is reported next. A firing is interleaved with arming and
+        /// cancelling, as the client's timer handlers do.
+        fn behaves_as_an_ordered_set_of_deadlines_and_keys(ops: Vec<Op>) -> bool {
+            let mut table = TimerTable::default();
+            let mut model: std::collections::BTreeSet<(Instant, TimerKey)> = Default::default();
+            let model_cancel = |model: &mut std::collections::BTreeSet<(Instant, TimerKey)>, key: &TimerKey| {
+                model.retain(|(_, k)| k != key);
+            };
+            let mut ops = ops.into_iter().peekable();
+            while let Some(op) = ops.next() {
+                match op {
+                    Op::Set(k, at) => {
+                        let at = Instant::from_secs(at.into());
+                        model_cancel(&mut model, &key_of(k));
+                        model.insert((at, key_of(k)));
+                        table.set(key_of(k), at);
+                    }
+                    Op::Cancel(k) => {
+                        model_cancel(&mut model, &key_of(k));
+                        table.cancel(&key_of(k));
+                    }
+                    Op::Fire(now) => {
+                        let now = Instant::from_secs(now.into());
+                        loop {
+                            let expected = model.first().filter(|(at, _)| *at <= now).cloned();
+                            if let Some(e) = &expected {
+                                model.remove(e);
+                            }
+                            if table.pop_expired(now) != expected.as_ref().map(|(_, k)| k.clone()) {
+                                return false;
+                            }
+                            if expected.is_none() {
+                                break;
+                            }
+                            // The next op runs inside this firing, as a handler would.
+                            if let Some(Op::Set(..) | Op::Cancel(_)) = ops.peek() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                if table.next_deadline() != model.first().map(|(at, _)| *at) {
+                    return false;
+                }
+                let armed = (0..12).all(|k| {
+                    table.is_armed(&key_of(k)) == model.iter().any(|(_, m)| *m == key_of(k))
+                });
+                if !armed {
+                    return false;
+                }
+            }
+            true
         }
     }
 }
