@@ -27,139 +27,11 @@ use xds_proto_core::{
 
 use crate::ads::{Outgoing, Report, StreamTask, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
-use crate::events::EventSender;
+use crate::events::{ChannelEvent, DeltaSent, EventSender};
 use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::transport::{ChannelSlot, TransportSettings};
 use crate::watch::{WatchKey, WatchSender};
-
-/// What the transport did, as the client reports it to [`Client::channel_events`]
-/// subscribers: which server is in use, connection attempts and their failures, the
-/// ADS stream's life, and every request HTTP/2 took (ACKs and NACKs included).
-///
-/// [`Client::channel_events`]: crate::Client::channel_events
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum ChannelEvent {
-    /// The core asked for an ADS stream to this server.
-    StreamRequested {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// The new stream.
-        stream: StreamId,
-    },
-    /// A connection attempt to the server began.
-    Connecting {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-    },
-    /// A connection to the server is established (`reused`: the open one was taken).
-    Connected {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// Whether an already open connection was reused.
-        reused: bool,
-    },
-    /// A connection attempt failed.
-    ConnectFailed {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// Why.
-        reason: String,
-    },
-    /// The ADS stream is dispatched on an established connection.
-    StreamStarted {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// The stream.
-        stream: StreamId,
-    },
-    /// HTTP/2 took a request of the stream.
-    RequestSent {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// The stream.
-        stream: StreamId,
-        /// The request's type URL.
-        type_url: &'static str,
-        /// Its `version_info` (empty on a delta stream).
-        version: String,
-        /// Its `response_nonce` (empty for a subscription without a response yet).
-        nonce: String,
-        /// The subscribed names (shared with the request); on a delta stream, the
-        /// names it subscribes to (`resource_names_subscribe`).
-        resource_names: Arc<[Arc<str>]>,
-        /// The NACK's `error_detail` message, when it is a NACK.
-        nack: Option<String>,
-        /// What a delta request carried besides; `None` on a SotW stream.
-        delta: Option<DeltaSent>,
-    },
-    /// A response arrived on the stream.
-    ResponseReceived {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// The stream.
-        stream: StreamId,
-        /// Its size in bytes.
-        bytes: usize,
-    },
-    /// The ADS stream ended: the server or the transport ended it, or the client
-    /// closed it itself (`by_client`).
-    StreamClosed {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// The stream.
-        stream: StreamId,
-        /// How it ended; when the client closed it, why: `INTERNAL` for a response
-        /// that was no `DiscoveryResponse`, `CANCELLED` when nothing is watched on the
-        /// server any more (the last watch went, or a fallback server was left for a
-        /// recovered primary).
-        status: Status,
-        /// Whether the client closed it.
-        by_client: bool,
-    },
-    /// The connection to a server ended.
-    ConnectionClosed {
-        /// The server.
-        server: ServerId,
-        /// Its URI.
-        server_uri: Arc<str>,
-        /// The error that ended it, if any.
-        error: Option<String>,
-    },
-    /// Nothing on this server is watched any more; its connection was dropped.
-    ChannelDropped {
-        /// The server.
-        server: ServerId,
-    },
-}
-
-/// What a delta request carried that a SotW request has not.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeltaSent {
-    /// `resource_names_unsubscribe`.
-    pub unsubscribe: Vec<Arc<str>>,
-    /// How many `initial_resource_versions` it named (on a type's first request of a
-    /// new stream: the resources the client holds).
-    pub initial_resource_versions: usize,
-}
 
 /// How many responses may wait between the stream tasks and the driver (plus one per
 /// stream task, which futures' bounded channel guarantees each sender). A stream task
@@ -312,16 +184,18 @@ impl<R: Runtime> Driver<R> {
             self.drain_actions();
             self.arm_timer();
             let input = futures::future::poll_fn(|cx| self.poll_input(cx)).await;
-            let now = self.rt.now();
             match input {
-                Input::Task(message) => self.on_task_message(message, now),
+                Input::Task(message) => {
+                    let now = self.rt.now();
+                    self.on_task_message(message, now)
+                }
                 Input::Command(Command::Shutdown(reply)) => break Some(reply),
                 Input::Command(command) => self.on_command(command),
                 Input::Released(id) => self.configs.on_released(&mut self.core, id),
                 Input::Timer(deadline) => {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
-                    let now = now.max(deadline);
+                    let now = self.rt.now().max(deadline);
                     if self.core.poll_timeout().is_some_and(|t| t <= now) {
                         self.core.handle_timeout(now);
                     }
