@@ -23,8 +23,10 @@ const ADS_PATH: &str =
 /// One probe run against the server at `port`.
 pub async fn run(port: u16, workload: &Workload) -> Run {
     // Timed from before the connection, as the client is (its first watch connects).
-    let start = Instant::now();
+    // The CPU time is read first: reading it allocates, which may make the allocator
+    // tidy up after the previous run, and that is no part of this one.
     let cpu = crate::process_cpu();
+    let start = Instant::now();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("a valid URI")
         .connect()
@@ -61,6 +63,7 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
     // SotW: each type's newest response holds all its subscribed resources.
     let mut held: HashMap<String, usize> = HashMap::new();
     let (mut responses, mut bytes) = (0, 0);
+    let mut timeline = Vec::new();
     let expected = workload.resource_count();
     while held.values().sum::<usize>() < expected {
         let response = match inbound.next().await {
@@ -70,6 +73,7 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
         };
         responses += 1;
         bytes += response.encoded_len();
+        timeline.push((start.elapsed(), response.encoded_len()));
         held.insert(response.type_url.clone(), response.resources.len());
         let names = subscriptions
             .iter()
@@ -86,6 +90,11 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
     }
     let elapsed = start.elapsed();
     let cpu = crate::process_cpu() - cpu;
+    if std::env::var_os("XDS_E2E_PHASES").is_some() {
+        for (at, len) in timeline {
+            println!("  {:8.1} ms response {len} B", at.as_secs_f64() * 1e3);
+        }
+    }
     // Let the last ACKs go out before the stream is dropped.
     tokio::time::sleep(Duration::from_millis(10)).await;
     Run {
