@@ -17,6 +17,11 @@ async fn clusters_in_use_stay_until_released_and_dropping_the_stream_cancels_its
 }
 
 #[async_std::test]
+async fn a_plugin_child_stays_in_the_lb_config_until_its_last_rpc_ends() {
+    config_suite::config_stream_releases_plugins::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
 async fn config_stream_reports_a_missing_listener_and_ends_on_shutdown() {
     config_suite::config_stream_errors::<AsyncStdRuntime>().await;
 }

@@ -28,7 +28,7 @@ use futures::channel::oneshot;
 use xds_proto_core::dependency::{XdsConfig, XdsDependencyManager};
 use xds_proto_core::selector::{
     CLUSTER_CHILD_PREFIX, ClusterHandle, ClusterManagerChild, ClusterRegistry, ConfigSelector,
-    LbConfigJson,
+    LbConfigJson, PLUGIN_CHILD_PREFIX,
 };
 use xds_proto_core::{Notification, WatchError, XdsClient, XdsError};
 
@@ -227,6 +227,14 @@ struct Entry {
     /// The manager may have an update since the last flush (a notification, a hold or
     /// a release reached it).
     dirty: bool,
+    /// The configuration last published, if it was one (not an error): published again
+    /// with a new LB config when only the plugin children changed.
+    last_config: Option<Arc<XdsConfig>>,
+    /// The cluster specifier plugin children of the LB config last published.
+    published_plugins: BTreeSet<String>,
+    /// A release changed the plugin children held: the LB config must change, though
+    /// the manager, which knows no plugins, has no update.
+    plugins_changed: bool,
 }
 
 impl Entry {
@@ -234,18 +242,52 @@ impl Entry {
     /// brings the held clusters up to date (which may produce another update).
     fn flush(&mut self, core: &mut XdsClient) {
         self.dirty = false;
+        let mut published = false;
         while let Some(update) = self.manager.poll_update() {
-            let update = update.map(|config| {
-                let selector = Arc::new(ConfigSelector::new(&config, &mut self.registry));
-                ConfigUpdate {
-                    lb_config: Arc::new(self.registry.lb_config()),
-                    selector,
-                    config,
-                }
-            });
+            self.last_config = update.as_ref().ok().cloned();
+            let update = update.map(|config| self.update_for(config));
             self.slot.publish(update);
+            published = true;
             self.sync_held(core);
         }
+        if std::mem::take(&mut self.plugins_changed)
+            && !published
+            && let Some(config) = self.last_config.clone()
+        {
+            let update = self.update_for(config);
+            self.slot.publish(Ok(update));
+        }
+    }
+
+    /// The update for `config`: its selector, and the LB config of every child held.
+    fn update_for(&mut self, config: Arc<XdsConfig>) -> ConfigUpdate {
+        let selector = Arc::new(ConfigSelector::new(&config, &mut self.registry));
+        let lb_config = Arc::new(self.registry.lb_config());
+        self.published_plugins = self.plugin_children();
+        ConfigUpdate {
+            lb_config,
+            selector,
+            config,
+        }
+    }
+
+    /// The cluster specifier plugin children some selector, pick or hold still holds.
+    fn plugin_children(&mut self) -> BTreeSet<String> {
+        let children = self.registry.children().into_iter();
+        children
+            .filter(|c| c.starts_with(PLUGIN_CHILD_PREFIX))
+            .collect()
+    }
+
+    /// Some handle of this stream's registry dropped a child: clusters no longer held
+    /// are unsubscribed (the manager then has an update without them); a plugin child
+    /// no longer held calls for the same configuration with a new LB config.
+    fn on_released(&mut self, core: &mut XdsClient) {
+        self.sync_held(core);
+        if self.plugin_children() != self.published_plugins {
+            self.plugins_changed = true;
+        }
+        self.dirty = true;
     }
 
     /// Subscribes the clusters some handle holds and unsubscribes the released ones.
@@ -332,6 +374,9 @@ impl ConfigWatches {
                         held: BTreeSet::new(),
                         slot,
                         dirty: false,
+                        last_config: None,
+                        published_plugins: BTreeSet::new(),
+                        plugins_changed: false,
                     },
                 );
             }
@@ -358,8 +403,7 @@ impl ConfigWatches {
     /// Brings a stream's held clusters up to date after its registry released one.
     pub(crate) fn on_released(&mut self, core: &mut XdsClient, id: ConfigId) {
         if let Some(entry) = self.entries.get_mut(&id) {
-            entry.sync_held(core);
-            entry.dirty = true;
+            entry.on_released(core);
         }
     }
 

@@ -17,7 +17,10 @@ use xds_proto_core::selector::Selection;
 use xds_proto_core::{Bootstrap, Code, ErrorKind, Status, XdsError};
 use xds_proto_testing::peer::Fixed;
 
-use crate::resources::{PrefixRoute, RouteTarget, cluster, endpoints, listener, route_config_with};
+use crate::resources::{
+    PrefixRoute, RouteTarget, cluster, endpoints, forward, listener, plugin_action, prefix,
+    prefix_routes_config, rc_any, rls_plugin, route_config_with,
+};
 use crate::suite::{PROMPT, server_saw, within};
 use crate::{LoopbackServer, RecordedRequest};
 
@@ -331,6 +334,71 @@ pub async fn config_stream_holds_clusters<R: Runtime>() {
         |_, stats| (stats.open_streams == 0).then_some(()),
     )
     .await;
+    client.shutdown().await;
+    server.stop().await;
+}
+
+/// The route configuration: `/rls` to the cluster specifier plugin `rls-a` (declared)
+/// when `with_plugin`, everything else to `alpha`.
+fn plugin_routes(with_plugin: bool) -> xds_proto_core::pb::google::protobuf::Any {
+    let mut rc = prefix_routes_config(ROUTES, &[LISTENER], &[PrefixRoute::cluster("/", "alpha")]);
+    if with_plugin {
+        let routes = &mut rc.virtual_hosts[0].routes;
+        routes.insert(0, forward(prefix("/rls"), plugin_action("rls-a")));
+        rc.cluster_specifier_plugins.push(rls_plugin("rls-a"));
+    }
+    rc_any(&rc)
+}
+
+/// A cluster specifier plugin child stays in the LB config while an RPC routed to it
+/// is in flight, after the routes stopped naming it (A31), and leaves it, in a new
+/// config, once that RPC ends.
+pub async fn config_stream_releases_plugins<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let (server, client, mut stream) = start::<R>(r#""server_features": ["xds_v3"]"#).await;
+    server.set_resources(RDS, "2", vec![plugin_routes(true)]);
+    const CHILD: &str = "cluster_specifier_plugin:rls-a";
+    let first = config_where(&rt, &mut stream, "routes with the plugin", |u| {
+        u.selector.children().contains(&CHILD)
+    })
+    .await;
+    let rpc = pick(&first, "/rls.Lookup/Get", 0).expect("a pick");
+    assert_eq!(rpc.cluster().plugin(), Some("rls-a"));
+    assert!(
+        first.lb_config.to_string().contains(CHILD),
+        "{}",
+        first.lb_config
+    );
+    drop(first);
+
+    // The routes drop the plugin; the RPC keeps its child in the LB config.
+    server.set_resources(RDS, "3", vec![plugin_routes(false)]);
+    let narrowed = config_where(&rt, &mut stream, "routes without the plugin", |u| {
+        u.selector.children() == ["cluster:alpha"]
+    })
+    .await;
+    assert!(
+        narrowed.lb_config.to_string().contains(CHILD),
+        "the in-flight RPC keeps the plugin's child: {}",
+        narrowed.lb_config
+    );
+    drop(narrowed);
+
+    // The RPC ends: a new config, same routes, LB config without the plugin's child.
+    drop(rpc);
+    let released = config_where(&rt, &mut stream, "the plugin's child released", |u| {
+        !u.lb_config.to_string().contains(CHILD)
+    })
+    .await;
+    assert_eq!(released.selector.children(), ["cluster:alpha"]);
+    assert!(
+        released.lb_config.to_string().contains("cluster:alpha"),
+        "{}",
+        released.lb_config
+    );
+    assert_eq!(picked(&released, "/rls.Lookup/Get", 0), "alpha");
+    drop(released);
+    drop(stream);
     client.shutdown().await;
     server.stop().await;
 }
