@@ -750,6 +750,50 @@ fn a_wildcard_watch_hears_every_resource_beside_a_named_watch_until_it_goes() {
 }
 
 #[test]
+fn a_new_stream_offers_the_resources_held_for_the_wildcard_in_its_initial_versions() {
+    let mut h = Harness::delta();
+    let all = h.watch::<Cds>("*");
+    let s = h.connect_first_delta(CDS, &["*"]);
+    let three = vec![
+        ("c2", "v1", cluster_v("c2", 2)),
+        ("c1", "v1", cluster_v("c1", 1)),
+        ("c3", "v7", cluster_v("c3", 3)),
+    ];
+    h.respond_delta(s, delta_response(CDS, "n1", three, &[]));
+    for _ in 0..3 {
+        assert_eq!(h.expect_notify().watcher, all);
+    }
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
+    h.sent(s);
+    // c3 is also watched by name; c2 is removed (A88: kept, but no longer the server's).
+    let one = h.watch::<Cds>("c3");
+    assert_eq!(h.expect_notify().watcher, one);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).subscribe(&["c3"])
+    );
+    h.sent(s);
+    h.respond_delta(s, delta_response(CDS, "n2", vec![], &["c2"]));
+    assert_eq!(ambient_error(&h.expect_notify()).kind, ErrorKind::DeletionIgnored);
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n2"));
+    h.sent(s);
+    h.close(s, Code::UNAVAILABLE, "restart");
+    let s2 = h.expect_start();
+    // The named resource, then those held for the wildcard alone, by name: the server
+    // need not send them again. The removed one is not offered.
+    assert_eq!(
+        h.expect_delta_request(s2),
+        DeltaReq::new(CDS)
+            .subscribe(&["*", "c3"])
+            .initial(&[("c3", "v7"), ("c1", "v1")])
+            .with_node()
+    );
+    h.started(s2);
+    h.sent(s2);
+    h.expect_nothing();
+}
+
+#[test]
 fn a_named_watch_that_goes_leaves_the_resource_to_the_wildcard() {
     let mut h = Harness::delta();
     let all = h.watch::<Cds>("*");

@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::cache::ResourceTable;
+use super::cache::{ResourceEntry, ResourceTable};
 use super::envelope::{self, DeltaResource};
 use super::response::{Decoded, ResponseContext, canonical_name, decode_payload};
 use super::server::{InFlight, PendingAck, ServerState};
+use super::wildcard::WILDCARD;
 use super::{Code, DeltaRequest, StreamId, TypeIdx, XdsClient};
 use crate::pb::envoy::config::core::v3::Node;
 use crate::resource::{self, ResourceTypeInfo, ResourceValue};
@@ -107,6 +108,8 @@ impl XdsClient {
     /// The versions of the resources among `names` (of type `t`) that the client
     /// holds from `server` and that it has not deleted: a new delta stream's
     /// `initial_resource_versions`, so that the server can skip what the client has.
+    /// When `names` (sorted) subscribe the wildcard, so are the resources held for it
+    /// alone, sorted by name after the named ones.
     pub(super) fn held_versions(
         resources: &[ResourceTable],
         server: usize,
@@ -114,13 +117,24 @@ impl XdsClient {
         names: &[Arc<str>],
     ) -> Vec<(Arc<str>, Arc<str>)> {
         let table = &resources[t];
-        names
+        let version =
+            |entry: &ResourceEntry| Some((entry.name.clone(), entry.version_from(server)?.clone()));
+        let mut held: Vec<_> = names
             .iter()
-            .filter_map(|name| {
-                let version = table.get(name)?.version_from(server)?;
-                Some((name.clone(), version.clone()))
-            })
-            .collect()
+            .filter_map(|n| version(table.get(n)?))
+            .collect();
+        if names.binary_search_by(|n| (**n).cmp(WILDCARD)).is_ok() {
+            let named = held.len();
+            held.extend(
+                table
+                    .values()
+                    .filter(|e| !e.wildcard_watchers.is_empty())
+                    .filter(|e| names.binary_search(&e.name).is_err())
+                    .filter_map(version),
+            );
+            held[named..].sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        held
     }
 
     /// A message arrived on `server`'s delta stream.
