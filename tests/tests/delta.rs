@@ -774,7 +774,10 @@ fn a_new_stream_offers_the_resources_held_for_the_wildcard_in_its_initial_versio
     );
     h.sent(s);
     h.respond_delta(s, delta_response(CDS, "n2", vec![], &["c2"]));
-    assert_eq!(ambient_error(&h.expect_notify()).kind, ErrorKind::DeletionIgnored);
+    assert_eq!(
+        ambient_error(&h.expect_notify()).kind,
+        ErrorKind::DeletionIgnored
+    );
     assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n2"));
     h.sent(s);
     h.close(s, Code::UNAVAILABLE, "restart");
