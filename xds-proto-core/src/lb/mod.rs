@@ -357,11 +357,19 @@ impl LoadBalancer {
         self.picker_changed = true;
     }
 
-    /// Runs the timers due at `now` (reconnect backoff, failover, outlier detection).
+    /// Runs the timers due at `now` (reconnect backoff, connection attempt delay,
+    /// failover, outlier detection).
     /// Early calls are no-ops.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(id) = self.pool.pop_retry(now) {
             self.propagate(now, id);
+        }
+        while let Some(id) = self.pool.pop_attempt_delay(now) {
+            // `pick_first` starts its next address beside the one still connecting: a
+            // new attempt, no new state, so the picker stays.
+            for leaf in self.leaves.iter_mut().flatten() {
+                leaf.on_subchannel(now, &mut self.pool, id);
+            }
         }
         let mut changed = false;
         for leaf in self.leaves.iter_mut().flatten() {
@@ -398,7 +406,7 @@ impl LoadBalancer {
             .iter()
             .filter_map(AggregateCluster::next_deadline);
         self.pool
-            .next_retry()
+            .next_timer()
             .into_iter()
             .chain(leaves)
             .chain(aggregates)

@@ -1,7 +1,10 @@
 //! `pick_first` over an ordered address list (gRFCs A61, A62): connect to the addresses
-//! one at a time until one is READY and use it; after a full pass of failures report
-//! TRANSIENT_FAILURE and keep it (sticky) while reconnecting every address as its
-//! backoff ends; when the chosen connection closes, go IDLE until asked to connect.
+//! in order until one is READY and use it. An address tried next starts when the one
+//! before fails, or, as A61's Happy Eyeballs does, once that attempt has run for the
+//! connection attempt delay (250 ms) without an outcome, beside it: the first READY
+//! wins. After a full pass of failures report TRANSIENT_FAILURE and keep it (sticky)
+//! while reconnecting every address as its backoff ends; when the chosen connection
+//! closes, go IDLE until asked to connect.
 //!
 //! It is both a policy (over every address of a priority or locality) and, as A61
 //! prescribes, the connection manager of each endpoint under the other policies (over
@@ -16,7 +19,8 @@ pub(super) struct PickFirst {
     state: ConnectivityState,
     /// The READY address in use.
     selected: Option<usize>,
-    /// The address being tried during a pass.
+    /// The last address started during a pass (the earlier ones may still be
+    /// connecting); the address count once every one has been started.
     attempt: Option<usize>,
 }
 
@@ -65,7 +69,9 @@ impl PickFirst {
     }
 
     /// Tries addresses from `start` on: the first READY one is selected, the first IDLE
-    /// or CONNECTING one becomes the attempt; past the end, the pass failed.
+    /// one is connected and becomes the attempt, as does the first CONNECTING one whose
+    /// attempt has not yet run for the connection attempt delay. Past the end the pass
+    /// waits for the attempts still connecting, or failed if none is.
     fn try_from(&mut self, ctx: &mut Ctx, start: usize) {
         for i in start..self.addresses.len() {
             let id = self.addresses[i];
@@ -76,15 +82,25 @@ impl PickFirst {
                     self.attempt = Some(i);
                     return;
                 }
-                ConnectivityState::Connecting => {
+                ConnectivityState::Connecting if !ctx.attempt_delayed(id) => {
                     self.attempt = Some(i);
                     return;
                 }
-                ConnectivityState::TransientFailure => {}
+                ConnectivityState::Connecting | ConnectivityState::TransientFailure => {}
             }
         }
-        // Every address failed: sticky TRANSIENT_FAILURE, reconnecting each address as
-        // its backoff ends (see `on_state`).
+        self.attempt = Some(self.addresses.len());
+        self.fail_pass_if_done(ctx);
+    }
+
+    /// Every address has been started: unless one is still connecting, the pass
+    /// failed. Sticky TRANSIENT_FAILURE, reconnecting each address as its backoff ends
+    /// (see `on_state`).
+    fn fail_pass_if_done(&mut self, ctx: &mut Ctx) {
+        let connecting = |a: &SubchannelId| ctx.state(*a) == ConnectivityState::Connecting;
+        if self.addresses.iter().any(connecting) {
+            return;
+        }
         self.attempt = None;
         self.state = ConnectivityState::TransientFailure;
         for i in 0..self.addresses.len() {
@@ -114,16 +130,32 @@ impl PickFirst {
         if self.selected.is_some() {
             return;
         }
-        match state {
-            ConnectivityState::Ready => self.select(i),
-            // A failed attempt, or one whose connection closed before it was READY.
-            ConnectivityState::TransientFailure | ConnectivityState::Idle
-                if self.attempt == Some(i) =>
+        if state == ConnectivityState::Ready {
+            return self.select(i);
+        }
+        let Some(attempt) = self.attempt else {
+            if state == ConnectivityState::Idle && self.state == ConnectivityState::TransientFailure
             {
+                ctx.connect(id);
+            }
+            return;
+        };
+        match state {
+            // The latest attempt failed, or its connection closed before it was READY.
+            ConnectivityState::TransientFailure | ConnectivityState::Idle if i == attempt => {
                 self.try_from(ctx, i + 1)
             }
-            ConnectivityState::Idle if self.state == ConnectivityState::TransientFailure => {
-                ctx.connect(id)
+            // An earlier attempt failed after every address was started: the pass may
+            // be over.
+            ConnectivityState::TransientFailure | ConnectivityState::Idle
+                if attempt == self.addresses.len() =>
+            {
+                self.fail_pass_if_done(ctx)
+            }
+            // The latest attempt has run for the connection attempt delay: start the
+            // next address beside it (Happy Eyeballs).
+            ConnectivityState::Connecting if i == attempt && ctx.attempt_delayed(id) => {
+                self.try_from(ctx, i + 1)
             }
             _ => {}
         }

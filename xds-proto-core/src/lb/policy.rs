@@ -31,6 +31,12 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether the subchannel's connection attempt has run for the Happy Eyeballs
+    /// delay without an outcome.
+    pub(super) fn attempt_delayed(&self, id: SubchannelId) -> bool {
+        self.pool.attempt_delayed(id)
+    }
+
     pub(super) fn connect(&mut self, id: SubchannelId) {
         if !self.outlier.is_some_and(|o| o.is_ejected(id)) {
             self.pool.connect(id);

@@ -1,8 +1,10 @@
 //! The subchannel pool: one subchannel per address, shared by every cluster that names
 //! the address. It owns each subchannel's reported state, its reconnect backoff (gRPC's
 //! subchannel backoff: after TRANSIENT_FAILURE the subchannel waits, then goes IDLE and
-//! may be asked to connect again), its count of calls in flight (least request), its
-//! reference count, and the actions queued for the embedder.
+//! may be asked to connect again), its connection attempt delay (A61's Happy Eyeballs:
+//! 250 ms after an attempt started, `pick_first` may start the next address beside
+//! it), its count of calls in flight (least request), its reference count, and the
+//! actions queued for the embedder.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -13,6 +15,11 @@ use super::api::{ConnectivityState, LbAction, SubchannelId};
 use crate::DetHashMap;
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::time::Instant;
+
+/// How long a connection attempt runs before `pick_first` also tries the next address
+/// (gRPC's connection attempt delay for Happy Eyeballs, A61).
+pub(super) const CONNECTION_ATTEMPT_DELAY: std::time::Duration =
+    std::time::Duration::from_millis(250);
 
 #[derive(Debug)]
 struct Slot {
@@ -27,6 +34,10 @@ struct Slot {
     backoff: Backoff,
     /// While in TRANSIENT_FAILURE: when the backoff ends and the subchannel goes IDLE.
     retry_at: Option<Instant>,
+    /// While CONNECTING: when the attempt has run for [`CONNECTION_ATTEMPT_DELAY`].
+    attempt_delay_at: Option<Instant>,
+    /// The current attempt has run that long.
+    attempt_delayed: bool,
     in_flight: u32,
 }
 
@@ -37,6 +48,7 @@ pub(super) struct SubchannelPool {
     free: Vec<u32>,
     by_address: DetHashMap<SocketAddr, SubchannelId>,
     retries: BTreeSet<(Instant, SubchannelId)>,
+    attempt_delays: BTreeSet<(Instant, SubchannelId)>,
     backoff: BackoffConfig,
     pub(super) rng: Xoshiro256PlusPlus,
     pub(super) actions: VecDeque<LbAction>,
@@ -49,6 +61,7 @@ impl SubchannelPool {
             free: Vec::new(),
             by_address: DetHashMap::default(),
             retries: BTreeSet::new(),
+            attempt_delays: BTreeSet::new(),
             backoff,
             rng,
             actions: VecDeque::new(),
@@ -85,6 +98,8 @@ impl SubchannelPool {
             connect_pending: false,
             backoff: Backoff::new(self.backoff),
             retry_at: None,
+            attempt_delay_at: None,
+            attempt_delayed: false,
             in_flight: 0,
         };
         let id = match self.free.pop() {
@@ -115,8 +130,12 @@ impl SubchannelPool {
         }
         slot.live = false;
         let (address, retry_at) = (slot.address, slot.retry_at.take());
+        let attempt_delay_at = slot.attempt_delay_at.take();
         if let Some(at) = retry_at {
             self.retries.remove(&(at, id));
+        }
+        if let Some(at) = attempt_delay_at {
+            self.attempt_delays.remove(&(at, id));
         }
         self.by_address.remove(&address);
         self.free.push(id.index() as u32);
@@ -167,6 +186,10 @@ impl SubchannelPool {
             return None;
         }
         slot.connect_pending = false;
+        slot.attempt_delayed = false;
+        if let Some(at) = slot.attempt_delay_at.take() {
+            self.attempt_delays.remove(&(at, id));
+        }
         match state {
             ConnectivityState::Ready => {
                 slot.backoff.reset();
@@ -179,14 +202,42 @@ impl SubchannelPool {
                 slot.retry_at = Some(at);
                 self.retries.insert((at, id));
             }
-            ConnectivityState::Idle | ConnectivityState::Connecting => {}
+            ConnectivityState::Connecting => {
+                let at = now + CONNECTION_ATTEMPT_DELAY;
+                slot.attempt_delay_at = Some(at);
+                self.attempt_delays.insert((at, id));
+            }
+            ConnectivityState::Idle => {}
         }
         slot.state = state;
         Some(state)
     }
 
-    pub(super) fn next_retry(&self) -> Option<Instant> {
-        self.retries.first().map(|(at, _)| *at)
+    /// The earliest backoff end or connection attempt delay.
+    pub(super) fn next_timer(&self) -> Option<Instant> {
+        let retry = self.retries.first().map(|(at, _)| *at);
+        let delay = self.attempt_delays.first().map(|(at, _)| *at);
+        retry.into_iter().chain(delay).min()
+    }
+
+    /// Ends the earliest connection attempt delay due at `now`: the subchannel, still
+    /// CONNECTING, has been for [`CONNECTION_ATTEMPT_DELAY`].
+    pub(super) fn pop_attempt_delay(&mut self, now: Instant) -> Option<SubchannelId> {
+        let &(at, id) = self.attempt_delays.first()?;
+        if at > now {
+            return None;
+        }
+        self.attempt_delays.pop_first();
+        let slot = &mut self.slots[id.index()];
+        slot.attempt_delay_at = None;
+        slot.attempt_delayed = true;
+        Some(id)
+    }
+
+    /// Whether the subchannel's current connection attempt has run for
+    /// [`CONNECTION_ATTEMPT_DELAY`] without an outcome.
+    pub(super) fn attempt_delayed(&self, id: SubchannelId) -> bool {
+        self.slot(id).is_some_and(|s| s.attempt_delayed)
     }
 
     /// Ends the earliest backoff due at `now`: the subchannel goes IDLE.

@@ -98,11 +98,14 @@ pub(super) fn clusters(list: Vec<ClusterConfig>) -> Clusters {
 }
 
 /// A scripted embedder: answers `Connect` with CONNECTING and then READY, unless the
-/// address is in `failing` (TRANSIENT_FAILURE).
+/// address is in `failing` (TRANSIENT_FAILURE) or in `hanging` (CONNECTING only: the
+/// attempt is kept in `attempts` for the test to end).
 pub(super) struct Net {
     pub(super) lb: LoadBalancer,
     pub(super) now: Instant,
     pub(super) failing: BTreeSet<SocketAddr>,
+    pub(super) hanging: BTreeSet<SocketAddr>,
+    pub(super) attempts: BTreeMap<SocketAddr, SubchannelId>,
     pub(super) connects: Vec<SocketAddr>,
     pub(super) disconnects: Vec<SubchannelId>,
     pub(super) resolves: Vec<String>,
@@ -115,6 +118,8 @@ impl Net {
             lb: LoadBalancer::new(LbSettings::new(7)),
             now: Instant::ZERO,
             failing: BTreeSet::new(),
+            hanging: BTreeSet::new(),
+            attempts: BTreeMap::new(),
             connects: Vec::new(),
             disconnects: Vec::new(),
             resolves: Vec::new(),
@@ -139,6 +144,10 @@ impl Net {
                     let now = self.now;
                     self.lb
                         .subchannel_state(now, subchannel, ConnectivityState::Connecting);
+                    if self.hanging.contains(&address) {
+                        self.attempts.insert(address, subchannel);
+                        continue;
+                    }
                     let result = if self.failing.contains(&address) {
                         ConnectivityState::TransientFailure
                     } else {
@@ -151,6 +160,13 @@ impl Net {
                 LbAction::PickerChanged => self.picker_changes += 1,
             }
         }
+    }
+
+    /// Ends the hanging attempt on `address` with `state`.
+    pub(super) fn end_attempt(&mut self, address: SocketAddr, state: ConnectivityState) {
+        let subchannel = self.attempts.remove(&address).expect("a hanging attempt");
+        self.lb.subchannel_state(self.now, subchannel, state);
+        self.settle();
     }
 
     /// Advances time to `to`, running due timers and their actions.
@@ -359,6 +375,10 @@ fn a_priority_still_connecting_after_the_failover_timeout_hands_over() {
         }
     }
     assert_eq!(connects, vec![addr(1)], "priority 1 waits for the timeout");
+    // The connection attempt delay comes first: the endpoint has no other address.
+    assert_eq!(lb.poll_timeout(), Some(Instant::from_millis(250)));
+    lb.handle_timeout(Instant::from_millis(250));
+    assert!(lb.poll_action().is_none(), "no other address to try");
     assert_eq!(lb.poll_timeout(), Some(Instant::from_secs(10)));
     lb.handle_timeout(Instant::from_secs(9));
     assert!(lb.poll_action().is_none(), "an early timeout is a no-op");
@@ -453,6 +473,107 @@ fn pick_first_uses_the_first_address_that_connects() {
     assert_eq!(net.connects, vec![addr(1), addr(2)], "3 is never tried");
     let seen = net.picks("c", 20, |_| CallOutcome::Success);
     assert_eq!(seen, BTreeMap::from([(addr(2), 20)]));
+}
+
+fn pick_first_net(ports: &[u16]) -> Net {
+    let mut net = Net::new();
+    let policy = LbPolicy::PickFirst {
+        shuffle_address_list: false,
+    };
+    net.update(vec![eds(cluster_resource("c", policy), simple(ports))]);
+    net
+}
+
+#[test]
+fn pick_first_starts_the_next_address_once_an_attempt_has_run_250_ms() {
+    let mut net = Net::new();
+    net.hanging.insert(addr(1));
+    let policy = LbPolicy::PickFirst {
+        shuffle_address_list: false,
+    };
+    net.update(vec![eds(cluster_resource("c", policy), simple(&[1, 2, 3]))]);
+    assert_eq!(net.pick("c", 0), Pick::Queue);
+    assert_eq!(net.lb.poll_timeout(), Some(Instant::from_millis(250)));
+    net.advance_to(Instant::from_millis(249));
+    assert_eq!(net.connects, vec![addr(1)]);
+    // Happy Eyeballs (A61): 2 starts beside 1, connects, and wins.
+    net.advance_to(Instant::from_millis(250));
+    assert_eq!(net.connects, vec![addr(1), addr(2)], "3 is never tried");
+    assert_eq!(complete_address(&net.pick("c", 1)), Some(addr(2)));
+    // 1 fails late: nothing changes.
+    net.end_attempt(addr(1), ConnectivityState::TransientFailure);
+    assert_eq!(net.lb.cluster_state("c"), Some(ConnectivityState::Ready));
+    let seen = net.picks("c", 10, |_| CallOutcome::Success);
+    assert_eq!(seen, BTreeMap::from([(addr(2), 10)]));
+}
+
+#[test]
+fn pick_first_fails_a_pass_only_once_no_attempt_is_still_connecting() {
+    for first_ends in [
+        ConnectivityState::Ready,
+        ConnectivityState::TransientFailure,
+    ] {
+        let mut net = Net::new();
+        net.hanging.insert(addr(1));
+        net.failing.insert(addr(2));
+        let policy = LbPolicy::PickFirst {
+            shuffle_address_list: false,
+        };
+        net.update(vec![eds(cluster_resource("c", policy), simple(&[1, 2]))]);
+        net.pick("c", 0);
+        net.advance_to(Instant::from_millis(250));
+        // 2 fails at once; 1 is still connecting, so the pass goes on.
+        assert_eq!(net.connects, vec![addr(1), addr(2)]);
+        assert_eq!(
+            net.lb.cluster_state("c"),
+            Some(ConnectivityState::Connecting)
+        );
+        assert_eq!(net.pick("c", 1), Pick::Queue);
+        net.end_attempt(addr(1), first_ends);
+        match first_ends {
+            ConnectivityState::Ready => {
+                assert_eq!(complete_address(&net.pick("c", 2)), Some(addr(1)))
+            }
+            _ => assert_eq!(
+                net.lb.cluster_state("c"),
+                Some(ConnectivityState::TransientFailure),
+                "every address failed"
+            ),
+        }
+    }
+}
+
+#[test]
+fn an_attempt_that_ends_within_the_delay_leaves_no_timer_behind() {
+    let mut net = pick_first_net(&[1, 2]);
+    net.pick("c", 0);
+    assert_eq!(net.connects, vec![addr(1)]);
+    assert_eq!(
+        net.lb.poll_timeout(),
+        None,
+        "READY at once: no attempt delay left"
+    );
+}
+
+#[test]
+fn an_endpoint_tries_its_next_address_once_an_attempt_has_run_250_ms() {
+    let mut net = Net::new();
+    net.hanging.insert(addr(1));
+    let mut dual = endpoint(1);
+    dual.additional_addresses.push(addr(2));
+    let priorities = vec![Priority {
+        localities: vec![locality("r", 1, vec![dual, endpoint(3)])],
+    }];
+    net.update(vec![eds(
+        cluster_resource("c", LbPolicy::RoundRobin),
+        priorities,
+    )]);
+    net.pick("c", 0);
+    assert_eq!(net.connects, vec![addr(1), addr(3)]);
+    net.advance_to(Instant::from_millis(250));
+    assert_eq!(net.connects, vec![addr(1), addr(3), addr(2)]);
+    let seen = net.picks("c", 10, |_| CallOutcome::Success);
+    assert_eq!(seen, BTreeMap::from([(addr(2), 5), (addr(3), 5)]));
 }
 
 #[test]
