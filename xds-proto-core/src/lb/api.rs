@@ -177,7 +177,8 @@ pub enum LbAction {
     },
     /// Resolve a LOGICAL_DNS cluster's host name and report the addresses with
     /// [`dns_resolved`](super::LoadBalancer::dns_resolved); resolve again whenever
-    /// this action comes again.
+    /// this action comes again: when a connection of the cluster fails or closes (at
+    /// most once per 30 s), and after a failed resolution (with backoff).
     ResolveDns {
         /// The cluster.
         cluster: String,

@@ -18,6 +18,7 @@
 mod aggregate;
 mod api;
 mod cluster;
+mod dns;
 mod endpoint_list;
 mod layout;
 mod least_request;
@@ -51,6 +52,7 @@ use crate::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
 use crate::time::Instant;
 use aggregate::AggregateCluster;
 use cluster::{LeafCluster, Source};
+use dns::DnsResolutions;
 use outlier::EjectionChange;
 use policy::PickRng;
 use subchannel::SubchannelPool;
@@ -84,6 +86,7 @@ pub struct LoadBalancer {
     picker_changed: bool,
     changes: Vec<EjectionChange>,
     unknown_cluster: Arc<Status>,
+    dns: DnsResolutions,
 }
 
 impl LoadBalancer {
@@ -92,6 +95,7 @@ impl LoadBalancer {
         let rng = Xoshiro256PlusPlus::seed_from_u64(settings.seed);
         LoadBalancer {
             pool: SubchannelPool::new(settings.reconnect_backoff, rng),
+            dns: DnsResolutions::new(settings.reconnect_backoff),
             settings,
             leaves: Vec::new(),
             free_leaves: Vec::new(),
@@ -203,6 +207,13 @@ impl LoadBalancer {
             names.insert(name.clone(), Entry::Aggregate(self.aggregates.len() as u32));
             self.aggregates.push(aggregate);
         }
+        let leaves = &self.leaves;
+        self.dns.retain(|name| match names.get(name) {
+            Some(Entry::Leaf(slot)) => {
+                (leaves[*slot as usize].as_ref()).is_some_and(|leaf| leaf.dns_source().is_some())
+            }
+            _ => false,
+        });
         self.names = names;
         self.picker_changed = true;
     }
@@ -270,11 +281,8 @@ impl LoadBalancer {
         let (host, port) = target(&resource).unwrap_or_default();
         let slot = self.upsert_leaf(now, name, resource, source);
         if resolve {
-            self.pool.actions.push_back(LbAction::ResolveDns {
-                cluster: name.to_owned(),
-                host,
-                port,
-            });
+            self.dns
+                .start(now, name, host, port, &mut self.pool.actions);
         }
         slot
     }
@@ -351,6 +359,8 @@ impl LoadBalancer {
         if leaf.dns_source().is_none() {
             return;
         }
+        self.dns
+            .resolved(now, cluster, result.is_ok(), &mut self.pool.rng);
         let source = Source::Dns(result.map_err(|status| status.message));
         leaf.set_source(now, &mut self.pool, source, self.settings.ring_size_cap);
         self.refresh_aggregates(now);
@@ -364,6 +374,7 @@ impl LoadBalancer {
         while let Some(id) = self.pool.pop_retry(now) {
             self.propagate(now, id);
         }
+        self.dns.handle_timeout(now, &mut self.pool.actions);
         while let Some(id) = self.pool.pop_attempt_delay(now) {
             // `pick_first` starts its next address beside the one still connecting: a
             // new attempt, no new state, so the picker stays.
@@ -408,6 +419,7 @@ impl LoadBalancer {
         self.pool
             .next_timer()
             .into_iter()
+            .chain(self.dns.next_deadline())
             .chain(leaves)
             .chain(aggregates)
             .min()
@@ -433,7 +445,19 @@ impl LoadBalancer {
     fn propagate(&mut self, now: Instant, id: SubchannelId) {
         let mut used = false;
         for leaf in self.leaves.iter_mut().flatten() {
-            used |= leaf.on_subchannel(now, &mut self.pool, id);
+            if leaf.on_subchannel(now, &mut self.pool, id) {
+                used = true;
+                // A LOGICAL_DNS cluster's connection failed or closed: its host may
+                // have moved (gRPC's policies ask for re-resolution then).
+                let lost = matches!(
+                    self.pool.state(id),
+                    ConnectivityState::TransientFailure | ConnectivityState::Idle
+                );
+                if lost && leaf.dns_source().is_some() {
+                    let actions = &mut self.pool.actions;
+                    self.dns.connection_lost(now, &leaf.name, actions);
+                }
+            }
         }
         if used {
             self.refresh_aggregates(now);

@@ -893,6 +893,93 @@ fn a_logical_dns_cluster_asks_for_resolution_and_uses_the_addresses() {
     assert_eq!(complete_address(&net.pick("dns", 2)), Some(addr(1)));
 }
 
+fn dns_cluster() -> ClusterConfig {
+    let mut resource = cluster_resource("dns", LbPolicy::RoundRobin);
+    resource.cluster_type = ClusterType::LogicalDns {
+        host: "svc.example".into(),
+        port: 443,
+    };
+    ClusterConfig {
+        cluster: Arc::new(resource),
+        children: ClusterResolution::LogicalDns {
+            host: "svc.example".into(),
+            port: 443,
+        },
+    }
+}
+
+fn subchannel_of(pick: &Pick) -> SubchannelId {
+    match pick {
+        Pick::Complete { subchannel, .. } => *subchannel,
+        other => panic!("no subchannel: {other:?}"),
+    }
+}
+
+#[test]
+fn a_logical_dns_cluster_resolves_again_when_its_connection_closes_at_most_every_30_s() {
+    let mut net = Net::new();
+    net.update(vec![dns_cluster()]);
+    net.lb.dns_resolved(net.now, "dns", Ok(vec![addr(1)]));
+    net.settle();
+    net.pick("dns", 0);
+    let first = subchannel_of(&net.pick("dns", 1));
+    assert_eq!(net.lb.poll_timeout(), None, "READY: nothing to resolve");
+    // 5 s in, the connection closes: resolved again, but not before 30 s after the
+    // last resolution.
+    net.advance_to(Instant::from_secs(5));
+    net.lb
+        .subchannel_state(net.now, first, ConnectivityState::Idle);
+    net.settle();
+    assert_eq!(net.resolves.len(), 1);
+    assert_eq!(net.lb.poll_timeout(), Some(Instant::from_secs(30)));
+    net.advance_to(Instant::from_secs(30));
+    assert_eq!(net.resolves, ["dns", "dns"]);
+    // The host moved: the new address is used.
+    net.lb.dns_resolved(net.now, "dns", Ok(vec![addr(2)]));
+    net.settle();
+    net.pick("dns", 2);
+    let second = subchannel_of(&net.pick("dns", 3));
+    assert_eq!(net.lb.subchannel_address(second), Some(addr(2)));
+    // More than 30 s after the last resolution, a closed connection resolves at once.
+    net.advance_to(Instant::from_secs(61));
+    net.lb
+        .subchannel_state(net.now, second, ConnectivityState::TransientFailure);
+    net.settle();
+    assert_eq!(net.resolves.len(), 3);
+}
+
+#[test]
+fn a_failed_resolution_is_retried_with_backoff() {
+    let mut net = Net::new();
+    net.update(vec![dns_cluster()]);
+    let no_host = || Err(Status::new(Code::UNAVAILABLE, "no such host"));
+    net.lb.dns_resolved(net.now, "dns", no_host());
+    net.settle();
+    let retry = net.lb.poll_timeout().expect("a retry");
+    assert!(
+        (Instant::from_millis(800)..=Instant::from_millis(1200)).contains(&retry),
+        "{retry}"
+    );
+    net.advance_to(retry);
+    assert_eq!(net.resolves.len(), 2);
+    net.lb.dns_resolved(net.now, "dns", no_host());
+    net.settle();
+    let again = net.lb.poll_timeout().expect("another retry");
+    let delay = again.saturating_duration_since(retry);
+    assert!(
+        (Duration::from_millis(1280)..=Duration::from_millis(1920)).contains(&delay),
+        "{delay:?}"
+    );
+    net.advance_to(again);
+    net.lb.dns_resolved(net.now, "dns", Ok(vec![addr(1)]));
+    net.settle();
+    assert_eq!(net.resolves.len(), 3);
+    assert_eq!(net.lb.poll_timeout(), None, "resolved: no retry left");
+    // The cluster leaves the config: nothing more is asked for it.
+    net.update(vec![]);
+    assert_eq!(net.lb.poll_timeout(), None);
+}
+
 #[test]
 fn an_endpoint_with_additional_addresses_falls_back_to_them() {
     let mut net = Net::new();
