@@ -2,35 +2,35 @@
 //! command from a handle, a report from a stream task, a cluster released by a config
 //! stream's selector, or its timer), makes the one matching mutation, drains
 //! `poll_action()` until it is empty (notifications of the config streams' dependency
-//! managers go to them, see [`ConfigWatches`]), and sleeps until `poll_timeout()`.
+//! managers go to them, see [`ConfigWatches`]; stream actions to the stream tasks, see
+//! [`StreamTasks`]), and sleeps until `poll_timeout()`.
 //!
 //! Nothing reaches the driver faster than it can take it: commands come first, and
 //! responses wait in a channel of a few ([`INBOUND_BUFFER`]), so a fast server is held
 //! back by HTTP/2 flow control; watch streams keep only the newest state
 //! ([`WatchSender`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::Poll;
 
-use futures::channel::mpsc::{self, Receiver, Sender, UnboundedReceiver, UnboundedSender};
+use futures::channel::mpsc::{self, Receiver, UnboundedReceiver};
 use futures::channel::oneshot;
-use futures::future::{AbortHandle, Abortable};
 use futures::{FutureExt, StreamExt};
-use tracing::Instrument;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_proto_core::{
-    Action, AdsRequest, Code, DeltaRequest, Event, Instant, ResourceSnapshot, ServerId, Status,
-    StreamId, WatchError, WatchEvent, WatcherId, XdsClient,
+    Action, Code, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError,
+    WatchEvent, WatcherId, XdsClient,
 };
 
-use crate::ads::{Outgoing, Report, StreamTask, TaskMessage};
+use crate::ads::{Report, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
-use crate::events::{ChannelEvent, DeltaSent, EventSender};
+use crate::events::{ChannelEvent, EventSender};
 use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime, WallClock};
-use crate::transport::{ChannelSlot, TransportSettings};
+use crate::stream_tasks::{ReportEvent, StreamTasks};
+use crate::transport::TransportSettings;
 use crate::watch::{WatchKey, WatchSender};
 
 /// How many responses may wait between the stream tasks and the driver (plus one per
@@ -62,52 +62,6 @@ pub(crate) enum Command {
     Shutdown(oneshot::Sender<()>),
 }
 
-/// A summary of a queued request, reported when HTTP/2 takes it.
-struct QueuedRequest {
-    type_url: &'static str,
-    version: String,
-    nonce: String,
-    resource_names: Arc<[Arc<str>]>,
-    nack: Option<String>,
-    delta: Option<DeltaSent>,
-}
-
-impl QueuedRequest {
-    fn sotw(request: &AdsRequest) -> QueuedRequest {
-        QueuedRequest {
-            type_url: request.type_url,
-            version: request.version_info.clone(),
-            nonce: request.response_nonce.clone(),
-            resource_names: request.resource_names.clone(),
-            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
-            delta: None,
-        }
-    }
-
-    fn delta(request: &DeltaRequest) -> QueuedRequest {
-        QueuedRequest {
-            type_url: request.type_url,
-            version: String::new(),
-            nonce: request.response_nonce.clone(),
-            resource_names: request.resource_names_subscribe.iter().cloned().collect(),
-            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
-            delta: Some(DeltaSent {
-                unsubscribe: request.resource_names_unsubscribe.clone(),
-                initial_resource_versions: request.initial_resource_versions.len(),
-            }),
-        }
-    }
-}
-
-struct StreamEntry {
-    server: ServerId,
-    server_uri: Arc<str>,
-    requests: UnboundedSender<Outgoing>,
-    abort: AbortHandle,
-    queued: VecDeque<QueuedRequest>,
-    span: tracing::Span,
-}
-
 enum Input {
     Task(TaskMessage),
     Command(Command),
@@ -120,11 +74,9 @@ enum Input {
 pub(crate) struct Driver<R: Runtime> {
     core: XdsClient,
     rt: R,
-    settings: Arc<TransportSettings>,
     commands: UnboundedReceiver<Command>,
-    reports_tx: UnboundedSender<TaskMessage>,
+    /// The stream tasks' reports: small, and taken before responses.
     reports: UnboundedReceiver<TaskMessage>,
-    inbound_tx: Sender<TaskMessage>,
     /// The stream tasks' responses (see [`INBOUND_BUFFER`]).
     inbound: Receiver<TaskMessage>,
     /// The watch streams' watchers: their keys and senders.
@@ -132,8 +84,7 @@ pub(crate) struct Driver<R: Runtime> {
     /// The core's watcher of each watch stream's key.
     watch_keys: HashMap<WatchKey, WatcherId>,
     configs: ConfigWatches,
-    streams: HashMap<StreamId, StreamEntry>,
-    channels: HashMap<ServerId, Arc<ChannelSlot>>,
+    tasks: StreamTasks<R>,
     subscribers: Vec<EventSender>,
     sleep: Option<(Instant, BoxFuture<()>)>,
     metrics: MetricsExporter,
@@ -157,18 +108,14 @@ impl<R: Runtime> Driver<R> {
         let wall_clock = WallClock::starting_at(rt.now());
         Driver {
             core,
+            tasks: StreamTasks::new(rt.clone(), settings, reports_tx, inbound_tx),
             rt,
-            settings: Arc::new(settings),
             commands,
-            reports_tx,
             reports,
-            inbound_tx,
             inbound,
             watchers: HashMap::new(),
             watch_keys: HashMap::new(),
             configs: ConfigWatches::new(),
-            streams: HashMap::new(),
-            channels: HashMap::new(),
             subscribers: Vec::new(),
             sleep: None,
             metrics,
@@ -351,101 +298,30 @@ impl<R: Runtime> Driver<R> {
             TaskMessage::Stream { stream, report } => (stream, report),
         };
         // Reports of a stream the core has closed are stale: drop them.
-        let Some(entry) = self.streams.get_mut(&stream) else {
+        let Some(ReportEvent {
+            server,
+            event,
+            span,
+        }) = self.tasks.event(stream, &report)
+        else {
             return;
         };
-        let server = entry.server;
-        let server_uri = entry.server_uri.clone();
-        let span = entry.span.clone();
-        let queued = if matches!(report, Report::Sent) {
-            entry.queued.pop_front()
-        } else {
-            None
-        };
-        let _enter = span.enter();
-        match report {
-            Report::Connecting => {
-                tracing::debug!("connecting");
-                self.publish(ChannelEvent::Connecting { server, server_uri });
-            }
-            Report::Connected { reused } => {
-                tracing::debug!(reused, "connected");
-                self.publish(ChannelEvent::Connected {
-                    server,
-                    server_uri,
-                    reused,
-                });
-            }
-            Report::ConnectFailed(reason) => {
-                tracing::warn!(reason = %reason, "xDS connection attempt failed");
-                self.publish(ChannelEvent::ConnectFailed {
-                    server,
-                    server_uri,
-                    reason: reason.clone(),
-                });
-                self.core
-                    .handle_event(now, Event::ConnectivityFailure { server, reason });
-            }
-            Report::Started => {
-                tracing::debug!("ADS stream started");
-                self.publish(ChannelEvent::StreamStarted {
-                    server,
-                    server_uri,
-                    stream,
-                });
-                self.core.handle_event(now, Event::StreamStarted { stream });
-            }
-            Report::Sent => {
-                if let Some(q) = queued {
-                    tracing::debug!(
-                        type_url = %q.type_url,
-                        resources = ?q.resource_names,
-                        version = %q.version,
-                        nonce = %q.nonce,
-                        nack = ?q.nack,
-                        delta = ?q.delta,
-                        "request sent"
-                    );
-                    self.publish(ChannelEvent::RequestSent {
-                        server,
-                        server_uri,
-                        stream,
-                        type_url: q.type_url,
-                        version: q.version,
-                        nonce: q.nonce,
-                        resource_names: q.resource_names,
-                        nack: q.nack,
-                        delta: q.delta,
-                    });
-                }
-                self.core.handle_event(now, Event::RequestSent { stream });
-            }
-            Report::Response(bytes) => {
-                tracing::debug!(bytes = bytes.len(), "response received");
-                self.publish(ChannelEvent::ResponseReceived {
-                    server,
-                    server_uri,
-                    stream,
-                    bytes: bytes.len(),
-                });
-                self.responding = Some(stream);
-                self.core
-                    .handle_event(now, Event::ResponseReceived { stream, bytes });
-            }
-            Report::Closed(status) => {
-                tracing::info!(status = %status, "ADS stream closed");
-                self.streams.remove(&stream);
-                self.publish(ChannelEvent::StreamClosed {
-                    server,
-                    server_uri,
-                    stream,
-                    status: status.clone(),
-                    by_client: false,
-                });
-                self.core
-                    .handle_event(now, Event::StreamClosed { stream, status });
-            }
+        if let Some(event) = event {
+            self.publish(event);
         }
+        let _enter = span.enter();
+        let event = match report {
+            Report::Connecting | Report::Connected { .. } => return,
+            Report::ConnectFailed(reason) => Event::ConnectivityFailure { server, reason },
+            Report::Started => Event::StreamStarted { stream },
+            Report::Sent => Event::RequestSent { stream },
+            Report::Response(bytes) => {
+                self.responding = Some(stream);
+                Event::ResponseReceived { stream, bytes }
+            }
+            Report::Closed(status) => Event::StreamClosed { stream, status },
+        };
+        self.core.handle_event(now, event);
     }
 
     /// Applies every action; then lets the config streams publish what their managers
@@ -469,72 +345,19 @@ impl<R: Runtime> Driver<R> {
                 config,
                 stream,
             } => {
-                let server_uri: Arc<str> = Arc::from(config.server_uri.as_str());
-                let span =
-                    tracing::info_span!("xds_ads_stream", server = %server_uri, stream = %stream);
-                span.in_scope(|| tracing::debug!("opening ADS stream"));
-                let slot = self.channels.entry(server).or_default().clone();
-                let (requests_tx, requests) = mpsc::unbounded();
-                let task = StreamTask {
-                    rt: self.rt.clone(),
-                    server,
-                    config,
-                    stream,
-                    slot,
-                    settings: self.settings.clone(),
-                    requests,
-                    reports: self.reports_tx.clone(),
-                    inbound: self.inbound_tx.clone(),
-                };
-                let (abort, registration) = AbortHandle::new_pair();
-                let fut = Abortable::new(task.run(), registration)
-                    .map(|_| ())
-                    .instrument(span.clone());
-                self.rt.spawn(Box::pin(fut));
-                self.streams.insert(
-                    stream,
-                    StreamEntry {
-                        server,
-                        server_uri: server_uri.clone(),
-                        requests: requests_tx,
-                        abort,
-                        queued: VecDeque::new(),
-                        span,
-                    },
-                );
-                self.publish(ChannelEvent::StreamRequested {
-                    server,
-                    server_uri,
-                    stream,
-                });
+                let event = self.tasks.start(server, config, stream);
+                self.publish(event);
             }
-            Action::SendRequest { stream, request } => {
-                let queued = QueuedRequest::sotw(&request);
-                self.queue_request(stream, queued, Outgoing::Sotw(request));
-            }
-            Action::SendDeltaRequest { stream, request } => {
-                let queued = QueuedRequest::delta(&request);
-                self.queue_request(stream, queued, Outgoing::Delta(request));
-            }
+            Action::SendRequest { stream, request } => self.tasks.send(stream, request),
+            Action::SendDeltaRequest { stream, request } => self.tasks.send_delta(stream, request),
             Action::CloseStream { stream } => {
-                if let Some(entry) = self.streams.remove(&stream) {
-                    let status = self.why_closed(stream);
-                    entry
-                        .span
-                        .in_scope(|| tracing::debug!(%status, "closing ADS stream"));
-                    entry.abort.abort();
-                    self.publish(ChannelEvent::StreamClosed {
-                        server: entry.server,
-                        server_uri: entry.server_uri,
-                        stream,
-                        status,
-                        by_client: true,
-                    });
+                let status = self.why_closed(stream);
+                if let Some(event) = self.tasks.close(stream, status) {
+                    self.publish(event);
                 }
             }
             Action::DropChannel { server } => {
-                tracing::debug!(server = %server, "dropping channel");
-                self.channels.remove(&server);
+                self.tasks.drop_channel(server);
                 self.publish(ChannelEvent::ChannelDropped { server });
             }
             Action::Notify(n) => {
@@ -568,27 +391,6 @@ impl<R: Runtime> Driver<R> {
         }
     }
 
-    /// Hands a request to its stream's task, and remembers its summary for the
-    /// `RequestSent` event when HTTP/2 takes it.
-    fn queue_request(&mut self, stream: StreamId, queued: QueuedRequest, request: Outgoing) {
-        let Some(entry) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        entry.span.in_scope(|| {
-            tracing::debug!(
-                type_url = %queued.type_url,
-                resources = ?queued.resource_names,
-                version = %queued.version,
-                nonce = %queued.nonce,
-                nack = ?queued.nack,
-                delta = ?queued.delta,
-                "request queued"
-            )
-        });
-        entry.queued.push_back(queued);
-        let _ = entry.requests.unbounded_send(request);
-    }
-
     /// Why the core closes `stream`. It does so for two reasons only: a response on the
     /// stream that is no `DiscoveryResponse` (then that response is the input being
     /// handled), or a server nothing is watched on any more.
@@ -620,10 +422,7 @@ impl<R: Runtime> Driver<R> {
     /// watch stream and event subscriber sees its end.
     fn close_all(&mut self) {
         self.commands.close();
-        for (_, entry) in self.streams.drain() {
-            entry.abort.abort();
-        }
-        self.channels.clear();
+        self.tasks.abort_all();
         self.watchers.clear();
         self.watch_keys.clear();
         self.configs.close_all();

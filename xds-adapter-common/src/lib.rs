@@ -64,6 +64,7 @@ mod io;
 pub mod metrics;
 mod pool;
 pub mod runtime;
+mod stream_tasks;
 mod tls;
 pub mod transport;
 mod watch;

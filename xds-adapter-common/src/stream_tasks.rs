@@ -1,0 +1,302 @@
+//! The driver's side of the ADS stream tasks: one spawned per `StartStream`, with its
+//! tracing span and request channel; requests handed over in order, each one's summary
+//! kept until the task reports it sent; the task aborted on `CloseStream`; each report
+//! turned into the channel event that tells it. The connection slots (one per server,
+//! which its successive streams share) are kept here too.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::channel::mpsc::{self, Sender, UnboundedSender};
+use futures::future::{AbortHandle, Abortable};
+use tracing::Instrument;
+use xds_proto_core::bootstrap::ServerConfig;
+use xds_proto_core::{AdsRequest, DeltaRequest, ServerId, Status, StreamId};
+
+use crate::ads::{Outgoing, Report, StreamTask, TaskMessage};
+use crate::events::{ChannelEvent, DeltaSent};
+use crate::runtime::Runtime;
+use crate::transport::{ChannelSlot, TransportSettings};
+
+/// A summary of a queued request, reported when HTTP/2 takes it.
+struct QueuedRequest {
+    type_url: &'static str,
+    version: String,
+    nonce: String,
+    resource_names: Arc<[Arc<str>]>,
+    nack: Option<String>,
+    delta: Option<DeltaSent>,
+}
+
+impl QueuedRequest {
+    fn sotw(request: &AdsRequest) -> QueuedRequest {
+        QueuedRequest {
+            type_url: request.type_url,
+            version: request.version_info.clone(),
+            nonce: request.response_nonce.clone(),
+            resource_names: request.resource_names.clone(),
+            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
+            delta: None,
+        }
+    }
+
+    fn delta(request: &DeltaRequest) -> QueuedRequest {
+        QueuedRequest {
+            type_url: request.type_url,
+            version: String::new(),
+            nonce: request.response_nonce.clone(),
+            resource_names: request.resource_names_subscribe.iter().cloned().collect(),
+            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
+            delta: Some(DeltaSent {
+                unsubscribe: request.resource_names_unsubscribe.clone(),
+                initial_resource_versions: request.initial_resource_versions.len(),
+            }),
+        }
+    }
+
+    fn sent_event(self, server: ServerId, server_uri: Arc<str>, stream: StreamId) -> ChannelEvent {
+        tracing::debug!(
+            type_url = %self.type_url,
+            resources = ?self.resource_names,
+            version = %self.version,
+            nonce = %self.nonce,
+            nack = ?self.nack,
+            delta = ?self.delta,
+            "request sent"
+        );
+        ChannelEvent::RequestSent {
+            server,
+            server_uri,
+            stream,
+            type_url: self.type_url,
+            version: self.version,
+            nonce: self.nonce,
+            resource_names: self.resource_names,
+            nack: self.nack,
+            delta: self.delta,
+        }
+    }
+}
+
+struct StreamEntry {
+    server: ServerId,
+    server_uri: Arc<str>,
+    requests: UnboundedSender<Outgoing>,
+    abort: AbortHandle,
+    queued: VecDeque<QueuedRequest>,
+    span: tracing::Span,
+}
+
+/// A stream task's report as [`StreamTasks::event`] turns it.
+pub(crate) struct ReportEvent {
+    pub(crate) server: ServerId,
+    /// What to tell the channel-event subscribers.
+    pub(crate) event: Option<ChannelEvent>,
+    /// The stream's span, for what the core does with the report.
+    pub(crate) span: tracing::Span,
+}
+
+/// The open streams' tasks and the servers' connection slots.
+pub(crate) struct StreamTasks<R: Runtime> {
+    rt: R,
+    settings: Arc<TransportSettings>,
+    /// Where the tasks send their reports, and their responses (bounded).
+    reports: UnboundedSender<TaskMessage>,
+    inbound: Sender<TaskMessage>,
+    streams: HashMap<StreamId, StreamEntry>,
+    channels: HashMap<ServerId, Arc<ChannelSlot>>,
+}
+
+impl<R: Runtime> StreamTasks<R> {
+    pub(crate) fn new(
+        rt: R,
+        settings: TransportSettings,
+        reports: UnboundedSender<TaskMessage>,
+        inbound: Sender<TaskMessage>,
+    ) -> StreamTasks<R> {
+        StreamTasks {
+            rt,
+            settings: Arc::new(settings),
+            reports,
+            inbound,
+            streams: HashMap::new(),
+            channels: HashMap::new(),
+        }
+    }
+
+    /// Spawns the task of `stream` to `server`; returns the event announcing it.
+    pub(crate) fn start(
+        &mut self,
+        server: ServerId,
+        config: Arc<ServerConfig>,
+        stream: StreamId,
+    ) -> ChannelEvent {
+        let server_uri: Arc<str> = Arc::from(config.server_uri.as_str());
+        let span = tracing::info_span!("xds_ads_stream", server = %server_uri, stream = %stream);
+        span.in_scope(|| tracing::debug!("opening ADS stream"));
+        let (requests_tx, requests) = mpsc::unbounded();
+        let task = StreamTask {
+            rt: self.rt.clone(),
+            server,
+            config,
+            stream,
+            slot: self.channels.entry(server).or_default().clone(),
+            settings: self.settings.clone(),
+            requests,
+            reports: self.reports.clone(),
+            inbound: self.inbound.clone(),
+        };
+        let (abort, registration) = AbortHandle::new_pair();
+        let fut = Abortable::new(task.run(), registration)
+            .map(|_| ())
+            .instrument(span.clone());
+        self.rt.spawn(Box::pin(fut));
+        let entry = StreamEntry {
+            server,
+            server_uri: server_uri.clone(),
+            requests: requests_tx,
+            abort,
+            queued: VecDeque::new(),
+            span,
+        };
+        self.streams.insert(stream, entry);
+        ChannelEvent::StreamRequested {
+            server,
+            server_uri,
+            stream,
+        }
+    }
+
+    /// Hands a SotW request to its stream's task.
+    pub(crate) fn send(&mut self, stream: StreamId, request: Box<AdsRequest>) {
+        let queued = QueuedRequest::sotw(&request);
+        self.queue(stream, queued, Outgoing::Sotw(request));
+    }
+
+    /// Hands a delta request to its stream's task.
+    pub(crate) fn send_delta(&mut self, stream: StreamId, request: Box<DeltaRequest>) {
+        let queued = QueuedRequest::delta(&request);
+        self.queue(stream, queued, Outgoing::Delta(request));
+    }
+
+    /// Hands a request to its stream's task, and remembers its summary for the
+    /// `RequestSent` event when HTTP/2 takes it.
+    fn queue(&mut self, stream: StreamId, queued: QueuedRequest, request: Outgoing) {
+        let Some(entry) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        entry.span.in_scope(|| {
+            tracing::debug!(
+                type_url = %queued.type_url,
+                resources = ?queued.resource_names,
+                version = %queued.version,
+                nonce = %queued.nonce,
+                nack = ?queued.nack,
+                delta = ?queued.delta,
+                "request queued"
+            )
+        });
+        entry.queued.push_back(queued);
+        let _ = entry.requests.unbounded_send(request);
+    }
+
+    /// Aborts the task of `stream`, which the client closes for `status`; returns the
+    /// event telling it, if the stream was open.
+    pub(crate) fn close(&mut self, stream: StreamId, status: Status) -> Option<ChannelEvent> {
+        let entry = self.streams.remove(&stream)?;
+        (entry.span).in_scope(|| tracing::debug!(%status, "closing ADS stream"));
+        entry.abort.abort();
+        Some(ChannelEvent::StreamClosed {
+            server: entry.server,
+            server_uri: entry.server_uri,
+            stream,
+            status,
+            by_client: true,
+        })
+    }
+
+    /// Forgets `server`'s connection slot: its next stream connects anew.
+    pub(crate) fn drop_channel(&mut self, server: ServerId) {
+        tracing::debug!(server = %server, "dropping channel");
+        self.channels.remove(&server);
+    }
+
+    /// What the driver needs to handle `report` of `stream`: the stream's server and
+    /// tracing span, and the event telling the report (logged in that span), if there
+    /// is one. `None` for a stream the client has closed, whose reports are stale. A
+    /// `Closed` report forgets the stream.
+    pub(crate) fn event(&mut self, stream: StreamId, report: &Report) -> Option<ReportEvent> {
+        let entry = self.streams.get_mut(&stream)?;
+        let (server, server_uri) = (entry.server, entry.server_uri.clone());
+        let span = entry.span.clone();
+        let _enter = span.enter();
+        let event = match report {
+            Report::Connecting => {
+                tracing::debug!("connecting");
+                Some(ChannelEvent::Connecting { server, server_uri })
+            }
+            Report::Connected { reused } => {
+                tracing::debug!(reused, "connected");
+                Some(ChannelEvent::Connected {
+                    server,
+                    server_uri,
+                    reused: *reused,
+                })
+            }
+            Report::ConnectFailed(reason) => {
+                tracing::warn!(reason = %reason, "xDS connection attempt failed");
+                Some(ChannelEvent::ConnectFailed {
+                    server,
+                    server_uri,
+                    reason: reason.clone(),
+                })
+            }
+            Report::Started => {
+                tracing::debug!("ADS stream started");
+                Some(ChannelEvent::StreamStarted {
+                    server,
+                    server_uri,
+                    stream,
+                })
+            }
+            // Every request is reported sent once, in order.
+            Report::Sent => (entry.queued.pop_front())
+                .map(|queued| queued.sent_event(server, server_uri, stream)),
+            Report::Response(bytes) => {
+                tracing::debug!(bytes = bytes.len(), "response received");
+                Some(ChannelEvent::ResponseReceived {
+                    server,
+                    server_uri,
+                    stream,
+                    bytes: bytes.len(),
+                })
+            }
+            Report::Closed(status) => {
+                tracing::info!(status = %status, "ADS stream closed");
+                self.streams.remove(&stream);
+                Some(ChannelEvent::StreamClosed {
+                    server,
+                    server_uri,
+                    stream,
+                    status: status.clone(),
+                    by_client: false,
+                })
+            }
+        };
+        drop(_enter);
+        Some(ReportEvent {
+            server,
+            event,
+            span,
+        })
+    }
+
+    /// Aborts every task and forgets every connection (the client is stopping).
+    pub(crate) fn abort_all(&mut self) {
+        for (_, entry) in self.streams.drain() {
+            entry.abort.abort();
+        }
+        self.channels.clear();
+    }
+}
