@@ -365,8 +365,10 @@ impl State {
                     self.connections.insert(subchannel, Connection::Connecting);
                     deferred.connects.push((subchannel, address));
                 }
-                LbAction::Disconnect { subchannel } => {
-                    // RPCs on the connection hold their own handle and finish.
+                // Forgotten, or kept IDLE with its connection closed (a priority not
+                // in use for 15 minutes): a later `Connect` dials anew. RPCs on the
+                // connection hold their own handle and finish.
+                LbAction::Disconnect { subchannel } | LbAction::Idle { subchannel } => {
                     self.connections.remove(&subchannel);
                 }
                 LbAction::ResolveDns {

@@ -175,6 +175,14 @@ pub enum LbAction {
         /// The subchannel.
         subchannel: SubchannelId,
     },
+    /// Close the subchannel's connection (if any) but keep the subchannel, now IDLE: no
+    /// priority in use has needed it for 15 minutes (a lower priority after failing
+    /// back, kept that long as gRPC's priority policy keeps its children). A later
+    /// `Connect` dials it again. Calls already on the connection may finish.
+    Idle {
+        /// The subchannel.
+        subchannel: SubchannelId,
+    },
     /// Resolve a LOGICAL_DNS cluster's host name and report the addresses with
     /// [`dns_resolved`](super::LoadBalancer::dns_resolved); resolve again whenever
     /// this action comes again: when a connection of the cluster fails or closes (at

@@ -131,6 +131,7 @@ impl LeafCluster {
             _ => Vec::new(),
         };
         self.layout = Layout::of(&resource.lb_policy, ring_size_cap);
+        self.stop_children(now, pool);
         // New references first, so that addresses still listed keep their subchannel.
         let old = std::mem::take(&mut self.subchannels);
         self.priorities = build_specs(pool, &source, self.layout);
@@ -166,7 +167,8 @@ impl LeafCluster {
     }
 
     /// Releases every subchannel reference (the cluster is going away).
-    pub(super) fn release(&mut self, pool: &mut SubchannelPool) {
+    pub(super) fn release(&mut self, now: Instant, pool: &mut SubchannelPool) {
+        self.stop_children(now, pool);
         self.children.clear();
         for id in self.subchannels.drain(..) {
             pool.release(id);
@@ -234,6 +236,7 @@ impl LeafCluster {
         loop {
             match self.failover.choose() {
                 Choice::Start(i) => {
+                    self.set_active(now, pool, i, true);
                     let mut ctx = Self::ctx(pool, &self.outlier);
                     let child = PriorityChild::new(&mut ctx, self.layout, &self.priorities[i]);
                     self.failover.started(now, i, child.state());
@@ -243,11 +246,36 @@ impl LeafCluster {
                     for j in i + 1..self.children.len() {
                         if self.children[j].take().is_some() {
                             self.failover.stopped(j);
+                            self.set_active(now, pool, j, false);
                         }
                     }
                     return;
                 }
                 Choice::None => return,
+            }
+        }
+    }
+
+    /// Stops every started priority (the priorities are about to be rebuilt).
+    fn stop_children(&mut self, now: Instant, pool: &mut SubchannelPool) {
+        for i in 0..self.children.len() {
+            if self.children[i].take().is_some() {
+                self.set_active(now, pool, i, false);
+            }
+        }
+    }
+
+    /// Tells the pool that priority `i` started or stopped using its subchannels: one
+    /// no started priority uses keeps its connection for the retention time only.
+    fn set_active(&self, now: Instant, pool: &mut SubchannelPool, i: usize, active: bool) {
+        let ids = (self.priorities[i].iter())
+            .flat_map(|l| &l.endpoints)
+            .flat_map(|e| e.subchannels.iter().copied());
+        for id in ids {
+            if active {
+                pool.activate(id);
+            } else {
+                pool.deactivate(now, id);
             }
         }
     }

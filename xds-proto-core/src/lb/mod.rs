@@ -170,7 +170,7 @@ impl LoadBalancer {
                 && !matches!(names.get(name), Some(Entry::Leaf(s)) if s == slot)
                 && let Some(mut leaf) = self.leaves[*slot as usize].take()
             {
-                leaf.release(&mut self.pool);
+                leaf.release(now, &mut self.pool);
                 self.free_leaves.push(*slot);
             }
         }
@@ -368,13 +368,19 @@ impl LoadBalancer {
     }
 
     /// Runs the timers due at `now` (reconnect backoff, connection attempt delay,
-    /// failover, outlier detection).
+    /// retention of unused connections, DNS re-resolution, failover, outlier
+    /// detection).
     /// Early calls are no-ops.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(id) = self.pool.pop_retry(now) {
             self.propagate(now, id);
         }
         self.dns.handle_timeout(now, &mut self.pool.actions);
+        while let Some(idled) = self.pool.pop_idle(now) {
+            if let Some(id) = idled {
+                self.propagate(now, id);
+            }
+        }
         while let Some(id) = self.pool.pop_attempt_delay(now) {
             // `pick_first` starts its next address beside the one still connecting: a
             // new attempt, no new state, so the picker stays.

@@ -3,8 +3,10 @@
 //! subchannel backoff: after TRANSIENT_FAILURE the subchannel waits, then goes IDLE and
 //! may be asked to connect again), its connection attempt delay (A61's Happy Eyeballs:
 //! 250 ms after an attempt started, `pick_first` may start the next address beside
-//! it), its count of calls in flight (least request), its reference count, and the
-//! actions queued for the embedder.
+//! it), its count of calls in flight (least request), its reference count, how many
+//! started priorities use it (one none has used for 15 minutes has its connection
+//! closed, as gRPC's priority policy drops a child kept that long), and the actions
+//! queued for the embedder.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -20,6 +22,10 @@ use crate::time::Instant;
 /// (gRPC's connection attempt delay for Happy Eyeballs, A61).
 pub(super) const CONNECTION_ATTEMPT_DELAY: std::time::Duration =
     std::time::Duration::from_millis(250);
+
+/// How long a subchannel no started priority uses keeps its connection (gRPC's
+/// priority policy keeps a child it stopped using for as long).
+pub(super) const CHILD_RETENTION: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 #[derive(Debug)]
 struct Slot {
@@ -38,6 +44,10 @@ struct Slot {
     attempt_delay_at: Option<Instant>,
     /// The current attempt has run that long.
     attempt_delayed: bool,
+    /// Started priorities (of any cluster) using the subchannel.
+    active: u32,
+    /// While no started priority uses it: when its connection closes.
+    idle_at: Option<Instant>,
     in_flight: u32,
 }
 
@@ -49,6 +59,7 @@ pub(super) struct SubchannelPool {
     by_address: DetHashMap<SocketAddr, SubchannelId>,
     retries: BTreeSet<(Instant, SubchannelId)>,
     attempt_delays: BTreeSet<(Instant, SubchannelId)>,
+    idle_timers: BTreeSet<(Instant, SubchannelId)>,
     backoff: BackoffConfig,
     pub(super) rng: Xoshiro256PlusPlus,
     pub(super) actions: VecDeque<LbAction>,
@@ -62,6 +73,7 @@ impl SubchannelPool {
             by_address: DetHashMap::default(),
             retries: BTreeSet::new(),
             attempt_delays: BTreeSet::new(),
+            idle_timers: BTreeSet::new(),
             backoff,
             rng,
             actions: VecDeque::new(),
@@ -100,6 +112,8 @@ impl SubchannelPool {
             retry_at: None,
             attempt_delay_at: None,
             attempt_delayed: false,
+            active: 0,
+            idle_at: None,
             in_flight: 0,
         };
         let id = match self.free.pop() {
@@ -131,11 +145,15 @@ impl SubchannelPool {
         slot.live = false;
         let (address, retry_at) = (slot.address, slot.retry_at.take());
         let attempt_delay_at = slot.attempt_delay_at.take();
+        let idle_at = slot.idle_at.take();
         if let Some(at) = retry_at {
             self.retries.remove(&(at, id));
         }
         if let Some(at) = attempt_delay_at {
             self.attempt_delays.remove(&(at, id));
+        }
+        if let Some(at) = idle_at {
+            self.idle_timers.remove(&(at, id));
         }
         self.by_address.remove(&address);
         self.free.push(id.index() as u32);
@@ -213,11 +231,66 @@ impl SubchannelPool {
         Some(state)
     }
 
-    /// The earliest backoff end or connection attempt delay.
+    /// The earliest backoff end, connection attempt delay or retention end.
     pub(super) fn next_timer(&self) -> Option<Instant> {
         let retry = self.retries.first().map(|(at, _)| *at);
         let delay = self.attempt_delays.first().map(|(at, _)| *at);
-        retry.into_iter().chain(delay).min()
+        let idle = self.idle_timers.first().map(|(at, _)| *at);
+        retry.into_iter().chain(delay).chain(idle).min()
+    }
+
+    /// A started priority uses the subchannel: it keeps its connection.
+    pub(super) fn activate(&mut self, id: SubchannelId) {
+        let Some(slot) = self.slot_mut(id) else {
+            return;
+        };
+        slot.active += 1;
+        if let Some(at) = slot.idle_at.take() {
+            self.idle_timers.remove(&(at, id));
+        }
+    }
+
+    /// A started priority stopped using the subchannel: when none has used it for
+    /// [`CHILD_RETENTION`], its connection closes.
+    pub(super) fn deactivate(&mut self, now: Instant, id: SubchannelId) {
+        let Some(slot) = self.slot_mut(id) else {
+            return;
+        };
+        slot.active = slot.active.saturating_sub(1);
+        if slot.active == 0 && slot.idle_at.is_none() {
+            let at = now + CHILD_RETENTION;
+            slot.idle_at = Some(at);
+            self.idle_timers.insert((at, id));
+        }
+    }
+
+    /// Ends the earliest retention due at `now`: a subchannel still connected (or
+    /// connecting) that no started priority uses goes IDLE, its connection closed
+    /// (`LbAction::Idle`). Returns it, or `None` when none is due.
+    pub(super) fn pop_idle(&mut self, now: Instant) -> Option<Option<SubchannelId>> {
+        let &(at, id) = self.idle_timers.first()?;
+        if at > now {
+            return None;
+        }
+        self.idle_timers.pop_first();
+        let slot = &mut self.slots[id.index()];
+        slot.idle_at = None;
+        if slot.active > 0
+            || !matches!(
+                slot.state,
+                ConnectivityState::Ready | ConnectivityState::Connecting
+            )
+        {
+            return Some(None);
+        }
+        slot.state = ConnectivityState::Idle;
+        slot.connect_pending = false;
+        slot.attempt_delayed = false;
+        if let Some(at) = slot.attempt_delay_at.take() {
+            self.attempt_delays.remove(&(at, id));
+        }
+        self.actions.push_back(LbAction::Idle { subchannel: id });
+        Some(Some(id))
     }
 
     /// Ends the earliest connection attempt delay due at `now`: the subchannel, still

@@ -108,6 +108,7 @@ pub(super) struct Net {
     pub(super) attempts: BTreeMap<SocketAddr, SubchannelId>,
     pub(super) connects: Vec<SocketAddr>,
     pub(super) disconnects: Vec<SubchannelId>,
+    pub(super) idled: Vec<SocketAddr>,
     pub(super) resolves: Vec<String>,
     pub(super) picker_changes: usize,
 }
@@ -122,6 +123,7 @@ impl Net {
             attempts: BTreeMap::new(),
             connects: Vec::new(),
             disconnects: Vec::new(),
+            idled: Vec::new(),
             resolves: Vec::new(),
             picker_changes: 0,
         }
@@ -156,6 +158,10 @@ impl Net {
                     self.lb.subchannel_state(now, subchannel, result);
                 }
                 LbAction::Disconnect { subchannel } => self.disconnects.push(subchannel),
+                LbAction::Idle { subchannel } => {
+                    let address = self.lb.subchannel_address(subchannel).expect("kept");
+                    self.idled.push(address);
+                }
                 LbAction::ResolveDns { cluster, .. } => self.resolves.push(cluster),
                 LbAction::PickerChanged => self.picker_changes += 1,
             }
@@ -349,6 +355,64 @@ fn a_failed_priority_fails_over_to_the_next_and_back() {
             .child(1)
             .is_none()
     );
+}
+
+/// Priority 0 (address 1) fails, priority 1 (address 2) takes over, then address 1
+/// comes back at its first reconnect (about 1 s): priority 1 is no longer in use.
+fn failed_over_and_back() -> Net {
+    let mut net = Net::new();
+    net.failing.insert(addr(1));
+    net.update(vec![eds(
+        cluster_resource("c", LbPolicy::RoundRobin),
+        two_priorities(),
+    )]);
+    net.pick("c", 0);
+    assert_eq!(complete_address(&net.pick("c", 1)), Some(addr(2)));
+    net.failing.clear();
+    net.advance_to(Instant::from_secs(2));
+    assert_eq!(complete_address(&net.pick("c", 2)), Some(addr(1)));
+    net
+}
+
+#[test]
+fn a_priority_no_longer_in_use_has_its_connection_closed_after_15_minutes() {
+    let mut net = failed_over_and_back();
+    let back_at = net.now;
+    net.advance_to(back_at + Duration::from_secs(15 * 60 - 5));
+    assert!(net.idled.is_empty(), "kept for 15 minutes");
+    net.advance_to(back_at + Duration::from_secs(15 * 60));
+    assert_eq!(net.idled, [addr(2)]);
+    assert!(net.disconnects.is_empty(), "the cluster still lists it");
+    // Needed again: priority 0 fails, priority 1 connects anew.
+    let connects = net.connects.len();
+    net.failing.insert(addr(1));
+    let first = net.lb.pick(net.now, "c", &PickArgs::default());
+    net.lb.subchannel_state(
+        net.now,
+        subchannel_of(&first),
+        ConnectivityState::TransientFailure,
+    );
+    net.settle();
+    assert_eq!(net.connects[connects..], [addr(2)]);
+    assert_eq!(complete_address(&net.pick("c", 3)), Some(addr(2)));
+}
+
+#[test]
+fn a_priority_used_again_within_15_minutes_keeps_its_connection() {
+    let mut net = failed_over_and_back();
+    net.advance_to(net.now + Duration::from_secs(10 * 60));
+    // Priority 0 fails for good: priority 1, idle for 10 minutes, is used again.
+    net.failing.insert(addr(1));
+    let first = net.lb.pick(net.now, "c", &PickArgs::default());
+    net.lb.subchannel_state(
+        net.now,
+        subchannel_of(&first),
+        ConnectivityState::TransientFailure,
+    );
+    net.settle();
+    assert_eq!(complete_address(&net.pick("c", 3)), Some(addr(2)));
+    net.advance_to(net.now + Duration::from_secs(60 * 60));
+    assert!(net.idled.is_empty(), "{:?}", net.idled);
 }
 
 #[test]

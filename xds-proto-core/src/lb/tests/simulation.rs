@@ -204,6 +204,20 @@ impl World {
                     self.connecting.retain(|s| *s != subchannel);
                     let _ = writeln!(self.trace, "{} disconnect {subchannel:?}", self.now);
                 }
+                LbAction::Idle { subchannel } => {
+                    let entry = self.subchannels.get_mut(&subchannel).expect("known");
+                    assert!(
+                        matches!(
+                            entry.1,
+                            ConnectivityState::Ready | ConnectivityState::Connecting
+                        ),
+                        "idled while {:?}",
+                        entry.1
+                    );
+                    entry.1 = ConnectivityState::Idle;
+                    self.connecting.retain(|s| *s != subchannel);
+                    let _ = writeln!(self.trace, "{} idle {subchannel:?}", self.now);
+                }
                 LbAction::ResolveDns { .. } => panic!("no DNS clusters here"),
                 LbAction::PickerChanged => {}
             }
