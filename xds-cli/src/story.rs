@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use xds_adapter_tokio::ChannelEvent;
-use xds_adapter_tokio::xds_proto_core::{Code, StreamId};
+use xds_adapter_tokio::xds_proto_core::{Code, Status, StreamId};
+use xds_adapter_tokio::{ChannelEvent, DeltaSent};
 
 use crate::describe::short_type;
 
@@ -95,21 +95,7 @@ impl TransportStory {
                         recovered,
                     }; // never started: the connect failure said why
                 }
-                Some(if *by_client {
-                    format!("server {server_uri}: ADS stream {status}")
-                } else if status.code != Code::OK && !self.down.contains(server_uri) {
-                    self.down.insert(server_uri.clone());
-                    match self.serving_instead(server_uri) {
-                        Some(in_use) => format!(
-                            "server {server_uri}: ADS stream failed: {status}; {in_use} stays in use"
-                        ),
-                        None => format!(
-                            "CONNECTIVITY LOST: ADS stream to {server_uri} failed: {status}"
-                        ),
-                    }
-                } else {
-                    format!("server {server_uri}: ADS stream closed: {status}")
-                })
+                Some(self.stream_closed(server_uri, status, *by_client))
             }
             ChannelEvent::ResponseReceived { server_uri, .. } => {
                 recovered = self.lost();
@@ -117,54 +103,18 @@ impl TransportStory {
             }
             ChannelEvent::RequestSent {
                 type_url,
-                nonce,
-                nack: Some(detail),
-                delta: Some(_),
-                ..
-            } => Some(format!(
-                "NACK {} (response {nonce}): {detail}",
-                short_type(type_url),
-            )),
-            ChannelEvent::RequestSent {
-                type_url,
-                version,
-                nonce,
-                nack: Some(detail),
-                ..
-            } => Some(format!(
-                "NACK {} (keeping version {version:?}, response {nonce}): {detail}",
-                short_type(type_url),
-            )),
-            ChannelEvent::RequestSent {
-                type_url,
                 version,
                 nonce,
                 resource_names,
-                nack: None,
+                nack,
                 delta,
                 ..
-            } if self.verbose => {
-                let mut line = if !nonce.is_empty() && delta.is_some() {
-                    format!("ACK {} ({nonce})", short_type(type_url))
-                } else if !nonce.is_empty() {
-                    format!("ACK {} version {version} ({nonce})", short_type(type_url))
-                } else {
-                    format!("subscribe {} {resource_names:?}", short_type(type_url))
-                };
-                if let Some(delta) = delta {
-                    if !nonce.is_empty() && !resource_names.is_empty() {
-                        line.push_str(&format!(", subscribe {resource_names:?}"));
-                    }
-                    if !delta.unsubscribe.is_empty() {
-                        line.push_str(&format!(", unsubscribe {:?}", delta.unsubscribe));
-                    }
-                    if delta.initial_resource_versions > 0 {
-                        let held = delta.initial_resource_versions;
-                        line.push_str(&format!(" (holding {held} from an earlier stream)"));
-                    }
-                }
-                Some(line)
-            }
+            } => match nack {
+                Some(detail) => Some(nack_line(type_url, version, nonce, detail, delta.is_some())),
+                None => self.verbose.then(|| {
+                    request_line(type_url, version, nonce, resource_names, delta.as_ref())
+                }),
+            },
             ChannelEvent::ConnectionClosed {
                 server_uri,
                 error: Some(error),
@@ -173,6 +123,23 @@ impl TransportStory {
             _ => None,
         };
         Told { line, recovered }
+    }
+
+    /// The line for a stream that had started and closed.
+    fn stream_closed(&mut self, server_uri: &Arc<str>, status: &Status, by_client: bool) -> String {
+        if by_client {
+            format!("server {server_uri}: ADS stream {status}")
+        } else if status.code != Code::OK && !self.down.contains(server_uri) {
+            self.down.insert(server_uri.clone());
+            match self.serving_instead(server_uri) {
+                Some(in_use) => format!(
+                    "server {server_uri}: ADS stream failed: {status}; {in_use} stays in use"
+                ),
+                None => format!("CONNECTIVITY LOST: ADS stream to {server_uri} failed: {status}"),
+            }
+        } else {
+            format!("server {server_uri}: ADS stream closed: {status}")
+        }
     }
 
     fn connect_failed(&mut self, server: &Arc<str>, reason: &str) -> String {
@@ -215,9 +182,51 @@ impl TransportStory {
     }
 }
 
+/// The line for a NACK: on a delta stream it names the response only (a delta NACK
+/// keeps no version).
+fn nack_line(type_url: &str, version: &str, nonce: &str, detail: &str, delta: bool) -> String {
+    let t = short_type(type_url);
+    if delta {
+        format!("NACK {t} (response {nonce}): {detail}")
+    } else {
+        format!("NACK {t} (keeping version {version:?}, response {nonce}): {detail}")
+    }
+}
+
+/// The verbose line for a request that is no NACK: an ACK, or a subscription change.
+fn request_line(
+    type_url: &str,
+    version: &str,
+    nonce: &str,
+    resource_names: &[Arc<str>],
+    delta: Option<&DeltaSent>,
+) -> String {
+    let t = short_type(type_url);
+    let mut line = if !nonce.is_empty() && delta.is_some() {
+        format!("ACK {t} ({nonce})")
+    } else if !nonce.is_empty() {
+        format!("ACK {t} version {version} ({nonce})")
+    } else {
+        format!("subscribe {t} {resource_names:?}")
+    };
+    if let Some(delta) = delta {
+        if !nonce.is_empty() && !resource_names.is_empty() {
+            line.push_str(&format!(", subscribe {resource_names:?}"));
+        }
+        if !delta.unsubscribe.is_empty() {
+            line.push_str(&format!(", unsubscribe {:?}", delta.unsubscribe));
+        }
+        if delta.initial_resource_versions > 0 {
+            let held = delta.initial_resource_versions;
+            line.push_str(&format!(" (holding {held} from an earlier stream)"));
+        }
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
-    use xds_adapter_tokio::xds_proto_core::{ServerId, Status};
+    use xds_adapter_tokio::xds_proto_core::ServerId;
 
     use super::*;
 
