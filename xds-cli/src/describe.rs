@@ -134,33 +134,7 @@ pub(crate) fn target(a: &RouteAction) -> String {
 
 pub(crate) fn summary(name: &str, r: &Resource) -> String {
     match r {
-        Resource::Listener(l) => match &l.kind {
-            ListenerKind::Client(hcm) => {
-                let routes = match &hcm.route_config {
-                    RouteSource::Rds(n) => format!("routes from RDS {n:?}"),
-                    RouteSource::Inline(rc) => {
-                        format!("{} inline virtual hosts", rc.virtual_hosts.len())
-                    }
-                    other => format!("{other:?}"),
-                };
-                let filters: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
-                format!(
-                    "LDS {name}: client listener, {routes}, filters [{}]",
-                    filters.join(", ")
-                )
-            }
-            ListenerKind::Server {
-                address,
-                port,
-                filter_chain_count,
-                ..
-            } => {
-                format!(
-                    "LDS {name}: server listener on {address}:{port}, {filter_chain_count} filter chains"
-                )
-            }
-            other => format!("{other:?}"),
-        },
+        Resource::Listener(l) => listener_summary(name, &l.kind),
         Resource::Routes(rc) => {
             let mut out = format!("RDS {name}: {} virtual hosts", rc.virtual_hosts.len());
             for vh in &rc.virtual_hosts {
@@ -197,46 +171,78 @@ pub(crate) fn summary(name: &str, r: &Resource) -> String {
                 c.lb_policy, c.max_requests
             )
         }
-        Resource::Endpoints(e) => {
-            let all: Vec<_> = e
-                .priorities
-                .iter()
-                .flat_map(|p| &p.localities)
-                .flat_map(|l| &l.endpoints)
-                .collect();
-            let usable = all.iter().filter(|e| e.health_status.is_usable()).count();
-            let localities: usize = e.priorities.iter().map(|p| p.localities.len()).sum();
-            let mut out = format!(
-                "EDS {name}: {} endpoints ({usable} usable) in {localities} localities",
-                all.len()
-            );
-            for (i, p) in e.priorities.iter().enumerate() {
-                for l in &p.localities {
-                    let loc = &l.locality;
-                    out.push_str(&format!(
-                        "\n{INDENT}priority {i} {}/{}{} weight {}",
-                        loc.region,
-                        loc.zone,
-                        if loc.sub_zone.is_empty() {
-                            String::new()
-                        } else {
-                            format!("/{}", loc.sub_zone)
-                        },
-                        l.weight
-                    ));
-                    for ep in &l.endpoints {
-                        out.push_str(&format!(
-                            "\n{INDENT}  {:<22} {:<10} weight {}",
-                            ep.address.to_string(),
-                            format!("{:?}", ep.health_status).to_uppercase(),
-                            ep.weight
-                        ));
-                    }
+        Resource::Endpoints(e) => endpoints_summary(name, e),
+    }
+}
+
+fn listener_summary(name: &str, kind: &ListenerKind) -> String {
+    match kind {
+        ListenerKind::Client(hcm) => {
+            let routes = match &hcm.route_config {
+                RouteSource::Rds(n) => format!("routes from RDS {n:?}"),
+                RouteSource::Inline(rc) => {
+                    format!("{} inline virtual hosts", rc.virtual_hosts.len())
                 }
+                other => format!("{other:?}"),
+            };
+            let filters: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+            format!(
+                "LDS {name}: client listener, {routes}, filters [{}]",
+                filters.join(", ")
+            )
+        }
+        ListenerKind::Server {
+            address,
+            port,
+            filter_chain_count,
+            ..
+        } => {
+            format!(
+                "LDS {name}: server listener on {address}:{port}, {filter_chain_count} filter chains"
+            )
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+fn endpoints_summary(name: &str, e: &EndpointsResource) -> String {
+    let all: Vec<_> = e
+        .priorities
+        .iter()
+        .flat_map(|p| &p.localities)
+        .flat_map(|l| &l.endpoints)
+        .collect();
+    let usable = all.iter().filter(|e| e.health_status.is_usable()).count();
+    let localities: usize = e.priorities.iter().map(|p| p.localities.len()).sum();
+    let mut out = format!(
+        "EDS {name}: {} endpoints ({usable} usable) in {localities} localities",
+        all.len()
+    );
+    for (i, p) in e.priorities.iter().enumerate() {
+        for l in &p.localities {
+            let loc = &l.locality;
+            out.push_str(&format!(
+                "\n{INDENT}priority {i} {}/{}{} weight {}",
+                loc.region,
+                loc.zone,
+                if loc.sub_zone.is_empty() {
+                    String::new()
+                } else {
+                    format!("/{}", loc.sub_zone)
+                },
+                l.weight
+            ));
+            for ep in &l.endpoints {
+                out.push_str(&format!(
+                    "\n{INDENT}  {:<22} {:<10} weight {}",
+                    ep.address.to_string(),
+                    format!("{:?}", ep.health_status).to_uppercase(),
+                    ep.weight
+                ));
             }
-            out
         }
     }
+    out
 }
 
 pub(crate) fn to_json(r: &Resource) -> Value {
