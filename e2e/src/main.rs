@@ -87,6 +87,8 @@ struct Args {
     server: Option<PathBuf>,
     /// Skip the probe (for profiling the client alone).
     client_only: bool,
+    /// Both contenders on tokio's current-thread runtime instead of the 2-worker one.
+    current_thread: bool,
 }
 
 fn parse_args() -> Args {
@@ -96,6 +98,7 @@ fn parse_args() -> Args {
         ads: false,
         server: None,
         client_only: false,
+        current_thread: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -106,8 +109,9 @@ fn parse_args() -> Args {
             "--server" => args.server = Some(PathBuf::from(value())),
             "--ads" => args.ads = true,
             "--client-only" => args.client_only = true,
+            "--current-thread" => args.current_thread = true,
             other => panic!(
-                "unknown flag {other}; flags: --iterations N, --clusters N, --ads, --client-only, --server PATH"
+                "unknown flag {other}; flags: --iterations N, --clusters N, --ads, --client-only, --current-thread, --server PATH"
             ),
         }
     }
@@ -125,10 +129,12 @@ fn main() {
         workload.resource_count(),
         args.iterations
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let mut builder = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder.enable_all().build().expect("a tokio runtime");
     // One untimed round of each warms the server's caches and the allocators.
     runtime.block_on(probe::run(server.port, &workload));
     runtime.block_on(client::run(server.port, &workload));
