@@ -155,7 +155,10 @@ impl LeafCluster {
             (None, Some(config)) => Some(OutlierDetector::new(now, config)),
         };
         if let Some(o) = &mut self.outlier {
-            o.set_addresses(self.subchannels.iter().copied());
+            let endpoints = (self.priorities.iter().flatten())
+                .flat_map(|l| &l.endpoints)
+                .map(|e| e.subchannels.as_slice());
+            o.set_endpoints(endpoints);
         }
         self.resource = resource;
         self.source = source;

@@ -1,5 +1,7 @@
-//! Outlier detection (gRFC A50) for one cluster: call outcomes counted per subchannel in
-//! two buckets (the interval being filled and the last complete one); every `interval`
+//! Outlier detection (gRFC A50) for one cluster: call outcomes counted per endpoint (A61:
+//! the calls on any of an endpoint's addresses count for it, and ejecting it ejects all
+//! of them) in two buckets (the interval being filled and the last complete one); every
+//! `interval`
 //! the buckets swap and the success-rate and failure-percentage algorithms eject
 //! outliers, within `max_ejection_percent`, with their enforcement probability; an
 //! ejection lasts `base_ejection_time × multiplier` (capped by the greater of
@@ -39,7 +41,12 @@ struct AddressStats {
 pub(super) struct OutlierDetector {
     config: OutlierDetection,
     next_sweep: Instant,
+    /// Per endpoint, keyed by its first address's subchannel.
     addresses: DetHashMap<SubchannelId, AddressStats>,
+    /// An endpoint's other addresses, to the first.
+    endpoint_of: DetHashMap<SubchannelId, SubchannelId>,
+    /// An endpoint's first address, to the others.
+    others: DetHashMap<SubchannelId, Vec<SubchannelId>>,
 }
 
 /// A subchannel whose ejection changed at a sweep.
@@ -55,6 +62,8 @@ impl OutlierDetector {
             next_sweep: now + config.interval,
             config,
             addresses: DetHashMap::default(),
+            endpoint_of: DetHashMap::default(),
+            others: DetHashMap::default(),
         }
     }
 
@@ -67,20 +76,47 @@ impl OutlierDetector {
         self.config = config;
     }
 
-    /// Tracks exactly `subchannels`: new ones start clean, others are forgotten (with
-    /// their ejections, which the caller sees in `ejected_now` before and after).
-    pub(super) fn set_addresses(&mut self, subchannels: impl Iterator<Item = SubchannelId>) {
+    /// Tracks exactly these endpoints (each its addresses' subchannels, first one
+    /// first): new ones start clean, others are forgotten (with their ejections, which
+    /// the caller sees in `is_ejected` before and after). An address listed by two
+    /// endpoints counts for the first.
+    pub(super) fn set_endpoints<'a>(
+        &mut self,
+        endpoints: impl Iterator<Item = &'a [SubchannelId]>,
+    ) {
         let mut next = DetHashMap::default();
-        for id in subchannels {
-            let stats = self.addresses.remove(&id).unwrap_or_default();
-            next.insert(id, stats);
+        self.endpoint_of.clear();
+        self.others.clear();
+        for addresses in endpoints {
+            let Some((&first, rest)) = addresses.split_first() else {
+                continue;
+            };
+            if next.contains_key(&first) || self.endpoint_of.contains_key(&first) {
+                continue;
+            }
+            let stats = self.addresses.remove(&first).unwrap_or_default();
+            next.insert(first, stats);
+            let rest: Vec<SubchannelId> = (rest.iter().copied())
+                .filter(|id| !next.contains_key(id) && !self.endpoint_of.contains_key(id))
+                .collect();
+            for id in &rest {
+                self.endpoint_of.insert(*id, first);
+            }
+            if !rest.is_empty() {
+                self.others.insert(first, rest);
+            }
         }
         self.addresses = next;
     }
 
+    /// The key of `id`'s endpoint: its first address's subchannel.
+    fn endpoint(&self, id: SubchannelId) -> SubchannelId {
+        self.endpoint_of.get(&id).copied().unwrap_or(id)
+    }
+
     pub(super) fn is_ejected(&self, id: SubchannelId) -> bool {
         self.addresses
-            .get(&id)
+            .get(&self.endpoint(id))
             .is_some_and(|a| a.ejected_at.is_some())
     }
 
@@ -89,7 +125,8 @@ impl OutlierDetector {
     }
 
     pub(super) fn record(&mut self, id: SubchannelId, success: bool) {
-        if let Some(a) = self.addresses.get_mut(&id) {
+        let endpoint = self.endpoint(id);
+        if let Some(a) = self.addresses.get_mut(&endpoint) {
             if success {
                 a.current.success += 1;
             } else {
@@ -98,7 +135,8 @@ impl OutlierDetector {
         }
     }
 
-    /// Runs the sweep due at `now`, if any; appends the ejections that changed.
+    /// Runs the sweep due at `now`, if any; appends the ejections that changed, one per
+    /// address of each endpoint.
     pub(super) fn sweep(
         &mut self,
         now: Instant,
@@ -108,6 +146,28 @@ impl OutlierDetector {
         if now < self.next_sweep {
             return;
         }
+        let start = changes.len();
+        self.sweep_endpoints(now, rng, changes);
+        for i in start..changes.len() {
+            let EjectionChange {
+                subchannel,
+                ejected,
+            } = changes[i];
+            for other in self.others.get(&subchannel).into_iter().flatten() {
+                changes.push(EjectionChange {
+                    subchannel: *other,
+                    ejected,
+                });
+            }
+        }
+    }
+
+    fn sweep_endpoints(
+        &mut self,
+        now: Instant,
+        rng: &mut impl RngCore,
+        changes: &mut Vec<EjectionChange>,
+    ) {
         self.next_sweep = now + self.config.interval;
         for a in self.addresses.values_mut() {
             a.last = std::mem::take(&mut a.current);

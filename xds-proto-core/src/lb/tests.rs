@@ -816,6 +816,46 @@ fn outlier_detection_ejects_a_failing_endpoint_for_the_base_ejection_time() {
 }
 
 #[test]
+fn outlier_detection_counts_and_ejects_an_endpoint_with_all_its_addresses() {
+    let mut net = Net::new();
+    let mut resource = cluster_resource("c", LbPolicy::RoundRobin);
+    resource.outlier_detection = Some(failure_percentage(50));
+    // Endpoint 1 has a second address, 11 (A61): its calls count for the endpoint.
+    let mut dual = endpoint(1);
+    dual.additional_addresses.push(addr(11));
+    let priorities = vec![Priority {
+        localities: vec![locality(
+            "r",
+            1,
+            vec![dual, endpoint(2), endpoint(3), endpoint(4)],
+        )],
+    }];
+    net.update(vec![eds(resource, priorities)]);
+    net.pick("c", 0);
+    let outcome = |a: SocketAddr| {
+        if a == addr(1) {
+            CallOutcome::Failure
+        } else {
+            CallOutcome::Success
+        }
+    };
+    net.picks("c", 400, outcome);
+    net.advance_to(Instant::from_secs(10));
+    // Ejected, the endpoint's other address is no way around it: 11 is not used.
+    let seen = net.picks("c", 300, outcome);
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        [addr(2), addr(3), addr(4)],
+        "{seen:?}"
+    );
+    assert!(
+        net.connects.iter().all(|a| *a != addr(11)),
+        "{:?}",
+        net.connects
+    );
+}
+
+#[test]
 fn outlier_detection_ejects_no_more_than_max_ejection_percent() {
     let mut net = Net::new();
     let mut resource = cluster_resource("c", LbPolicy::RoundRobin);

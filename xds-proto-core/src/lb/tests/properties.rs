@@ -215,7 +215,7 @@ fn ejections_follow_the_reference_model() {
             .map(|i| SubchannelId::new(i, 0))
             .collect();
         let mut detector = OutlierDetector::new(Instant::ZERO, config.clone());
-        detector.set_addresses(ids.iter().copied());
+        detector.set_endpoints(ids.iter().map(std::slice::from_ref));
         for (id, (s, f)) in ids.iter().zip(&counts) {
             (0..*s).for_each(|_| detector.record(*id, true));
             (0..*f).for_each(|_| detector.record(*id, false));
