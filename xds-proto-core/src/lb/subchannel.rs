@@ -27,6 +27,47 @@ pub(super) const CONNECTION_ATTEMPT_DELAY: std::time::Duration =
 /// priority policy keeps a child it stopped using for as long).
 pub(super) const CHILD_RETENTION: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
+/// One kind of per-subchannel deadline, ordered for the earliest; each slot keeps its
+/// own (`Slot::retry_at` and the like) so that it can be disarmed without a search.
+#[derive(Debug, Default)]
+struct Deadlines(BTreeSet<(Instant, SubchannelId)>);
+
+impl Deadlines {
+    /// Arms `id`'s deadline (kept in `armed`) for `at`, replacing an earlier one.
+    fn arm(&mut self, armed: &mut Option<Instant>, id: SubchannelId, at: Instant) {
+        self.disarm(armed, id);
+        *armed = Some(at);
+        self.0.insert((at, id));
+    }
+
+    fn disarm(&mut self, armed: &mut Option<Instant>, id: SubchannelId) {
+        if let Some(at) = armed.take() {
+            self.0.remove(&(at, id));
+        }
+    }
+
+    fn next(&self) -> Option<Instant> {
+        self.0.first().map(|(at, _)| *at)
+    }
+
+    /// Takes the earliest deadline due at `now`; its slot's copy is the caller's to
+    /// clear.
+    fn pop_due(&mut self, now: Instant) -> Option<SubchannelId> {
+        let &(at, id) = self.0.first()?;
+        (at <= now).then(|| {
+            self.0.pop_first();
+            id
+        })
+    }
+}
+
+/// The live slot of `id`, if it is still the subchannel `id` names.
+fn live_slot(slots: &mut [Slot], id: SubchannelId) -> Option<&mut Slot> {
+    slots
+        .get_mut(id.index())
+        .filter(|s| s.live && s.generation == id.generation())
+}
+
 #[derive(Debug)]
 struct Slot {
     generation: u32,
@@ -57,9 +98,9 @@ pub(super) struct SubchannelPool {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_address: DetHashMap<SocketAddr, SubchannelId>,
-    retries: BTreeSet<(Instant, SubchannelId)>,
-    attempt_delays: BTreeSet<(Instant, SubchannelId)>,
-    idle_timers: BTreeSet<(Instant, SubchannelId)>,
+    retries: Deadlines,
+    attempt_delays: Deadlines,
+    idle_timers: Deadlines,
     backoff: BackoffConfig,
     pub(super) rng: Xoshiro256PlusPlus,
     pub(super) actions: VecDeque<LbAction>,
@@ -71,9 +112,9 @@ impl SubchannelPool {
             slots: Vec::new(),
             free: Vec::new(),
             by_address: DetHashMap::default(),
-            retries: BTreeSet::new(),
-            attempt_delays: BTreeSet::new(),
-            idle_timers: BTreeSet::new(),
+            retries: Deadlines::default(),
+            attempt_delays: Deadlines::default(),
+            idle_timers: Deadlines::default(),
             backoff,
             rng,
             actions: VecDeque::new(),
@@ -87,9 +128,7 @@ impl SubchannelPool {
     }
 
     fn slot_mut(&mut self, id: SubchannelId) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(id.index())
-            .filter(|s| s.live && s.generation == id.generation())
+        live_slot(&mut self.slots, id)
     }
 
     /// Takes a reference on the subchannel of `address`, creating it (IDLE) if needed.
@@ -135,7 +174,7 @@ impl SubchannelPool {
 
     /// Drops a reference; the last one disconnects and forgets the subchannel.
     pub(super) fn release(&mut self, id: SubchannelId) {
-        let Some(slot) = self.slot_mut(id) else {
+        let Some(slot) = live_slot(&mut self.slots, id) else {
             return;
         };
         slot.refs -= 1;
@@ -143,19 +182,10 @@ impl SubchannelPool {
             return;
         }
         slot.live = false;
-        let (address, retry_at) = (slot.address, slot.retry_at.take());
-        let attempt_delay_at = slot.attempt_delay_at.take();
-        let idle_at = slot.idle_at.take();
-        if let Some(at) = retry_at {
-            self.retries.remove(&(at, id));
-        }
-        if let Some(at) = attempt_delay_at {
-            self.attempt_delays.remove(&(at, id));
-        }
-        if let Some(at) = idle_at {
-            self.idle_timers.remove(&(at, id));
-        }
-        self.by_address.remove(&address);
+        self.retries.disarm(&mut slot.retry_at, id);
+        self.attempt_delays.disarm(&mut slot.attempt_delay_at, id);
+        self.idle_timers.disarm(&mut slot.idle_at, id);
+        self.by_address.remove(&slot.address);
         self.free.push(id.index() as u32);
         self.actions
             .push_back(LbAction::Disconnect { subchannel: id });
@@ -205,25 +235,19 @@ impl SubchannelPool {
         }
         slot.connect_pending = false;
         slot.attempt_delayed = false;
-        if let Some(at) = slot.attempt_delay_at.take() {
-            self.attempt_delays.remove(&(at, id));
-        }
+        self.attempt_delays.disarm(&mut slot.attempt_delay_at, id);
         match state {
             ConnectivityState::Ready => {
                 slot.backoff.reset();
-                if let Some(at) = slot.retry_at.take() {
-                    self.retries.remove(&(at, id));
-                }
+                self.retries.disarm(&mut slot.retry_at, id);
             }
             ConnectivityState::TransientFailure => {
                 let at = now + slot.backoff.next_delay(&mut self.rng);
-                slot.retry_at = Some(at);
-                self.retries.insert((at, id));
+                self.retries.arm(&mut slot.retry_at, id, at);
             }
             ConnectivityState::Connecting => {
                 let at = now + CONNECTION_ATTEMPT_DELAY;
-                slot.attempt_delay_at = Some(at);
-                self.attempt_delays.insert((at, id));
+                self.attempt_delays.arm(&mut slot.attempt_delay_at, id, at);
             }
             ConnectivityState::Idle => {}
         }
@@ -233,34 +257,29 @@ impl SubchannelPool {
 
     /// The earliest backoff end, connection attempt delay or retention end.
     pub(super) fn next_timer(&self) -> Option<Instant> {
-        let retry = self.retries.first().map(|(at, _)| *at);
-        let delay = self.attempt_delays.first().map(|(at, _)| *at);
-        let idle = self.idle_timers.first().map(|(at, _)| *at);
-        retry.into_iter().chain(delay).chain(idle).min()
+        let deadlines = [&self.retries, &self.attempt_delays, &self.idle_timers];
+        deadlines.into_iter().filter_map(Deadlines::next).min()
     }
 
     /// A started priority uses the subchannel: it keeps its connection.
     pub(super) fn activate(&mut self, id: SubchannelId) {
-        let Some(slot) = self.slot_mut(id) else {
+        let Some(slot) = live_slot(&mut self.slots, id) else {
             return;
         };
         slot.active += 1;
-        if let Some(at) = slot.idle_at.take() {
-            self.idle_timers.remove(&(at, id));
-        }
+        self.idle_timers.disarm(&mut slot.idle_at, id);
     }
 
     /// A started priority stopped using the subchannel: when none has used it for
     /// [`CHILD_RETENTION`], its connection closes.
     pub(super) fn deactivate(&mut self, now: Instant, id: SubchannelId) {
-        let Some(slot) = self.slot_mut(id) else {
+        let Some(slot) = live_slot(&mut self.slots, id) else {
             return;
         };
         slot.active = slot.active.saturating_sub(1);
         if slot.active == 0 && slot.idle_at.is_none() {
-            let at = now + CHILD_RETENTION;
-            slot.idle_at = Some(at);
-            self.idle_timers.insert((at, id));
+            self.idle_timers
+                .arm(&mut slot.idle_at, id, now + CHILD_RETENTION);
         }
     }
 
@@ -268,11 +287,7 @@ impl SubchannelPool {
     /// connecting) that no started priority uses goes IDLE, its connection closed
     /// (`LbAction::Idle`). Returns it, or `None` when none is due.
     pub(super) fn pop_idle(&mut self, now: Instant) -> Option<Option<SubchannelId>> {
-        let &(at, id) = self.idle_timers.first()?;
-        if at > now {
-            return None;
-        }
-        self.idle_timers.pop_first();
+        let id = self.idle_timers.pop_due(now)?;
         let slot = &mut self.slots[id.index()];
         slot.idle_at = None;
         if slot.active > 0
@@ -286,9 +301,7 @@ impl SubchannelPool {
         slot.state = ConnectivityState::Idle;
         slot.connect_pending = false;
         slot.attempt_delayed = false;
-        if let Some(at) = slot.attempt_delay_at.take() {
-            self.attempt_delays.remove(&(at, id));
-        }
+        self.attempt_delays.disarm(&mut slot.attempt_delay_at, id);
         self.actions.push_back(LbAction::Idle { subchannel: id });
         Some(Some(id))
     }
@@ -296,11 +309,7 @@ impl SubchannelPool {
     /// Ends the earliest connection attempt delay due at `now`: the subchannel, still
     /// CONNECTING, has been for [`CONNECTION_ATTEMPT_DELAY`].
     pub(super) fn pop_attempt_delay(&mut self, now: Instant) -> Option<SubchannelId> {
-        let &(at, id) = self.attempt_delays.first()?;
-        if at > now {
-            return None;
-        }
-        self.attempt_delays.pop_first();
+        let id = self.attempt_delays.pop_due(now)?;
         let slot = &mut self.slots[id.index()];
         slot.attempt_delay_at = None;
         slot.attempt_delayed = true;
@@ -315,11 +324,7 @@ impl SubchannelPool {
 
     /// Ends the earliest backoff due at `now`: the subchannel goes IDLE.
     pub(super) fn pop_retry(&mut self, now: Instant) -> Option<SubchannelId> {
-        let &(at, id) = self.retries.first()?;
-        if at > now {
-            return None;
-        }
-        self.retries.pop_first();
+        let id = self.retries.pop_due(now)?;
         let slot = &mut self.slots[id.index()];
         slot.retry_at = None;
         slot.state = ConnectivityState::Idle;
