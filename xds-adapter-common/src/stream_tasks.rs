@@ -19,63 +19,70 @@ use crate::events::{ChannelEvent, DeltaSent};
 use crate::runtime::Runtime;
 use crate::transport::{ChannelSlot, TransportSettings};
 
-/// A summary of a queued request, reported when HTTP/2 takes it.
-struct QueuedRequest {
-    type_url: &'static str,
-    version: String,
-    nonce: String,
-    resource_names: Arc<[Arc<str>]>,
-    nack: Option<String>,
-    delta: Option<DeltaSent>,
+/// The `RequestSent` event of a SotW request on `stream`, built as it is queued.
+fn sotw_sent(
+    server: ServerId,
+    server_uri: Arc<str>,
+    stream: StreamId,
+    request: &AdsRequest,
+) -> ChannelEvent {
+    ChannelEvent::RequestSent {
+        server,
+        server_uri,
+        stream,
+        type_url: request.type_url,
+        version: request.version_info.clone(),
+        nonce: request.response_nonce.clone(),
+        resource_names: request.resource_names.clone(),
+        nack: request.error_detail.as_ref().map(|s| s.message.clone()),
+        delta: None,
+    }
 }
 
-impl QueuedRequest {
-    fn sotw(request: &AdsRequest) -> QueuedRequest {
-        QueuedRequest {
-            type_url: request.type_url,
-            version: request.version_info.clone(),
-            nonce: request.response_nonce.clone(),
-            resource_names: request.resource_names.clone(),
-            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
-            delta: None,
-        }
+/// The `RequestSent` event of a delta request on `stream`, built as it is queued.
+fn delta_sent(
+    server: ServerId,
+    server_uri: Arc<str>,
+    stream: StreamId,
+    request: &DeltaRequest,
+) -> ChannelEvent {
+    ChannelEvent::RequestSent {
+        server,
+        server_uri,
+        stream,
+        type_url: request.type_url,
+        version: String::new(),
+        nonce: request.response_nonce.clone(),
+        resource_names: request.resource_names_subscribe.iter().cloned().collect(),
+        nack: request.error_detail.as_ref().map(|s| s.message.clone()),
+        delta: Some(DeltaSent {
+            unsubscribe: request.resource_names_unsubscribe.clone(),
+            initial_resource_versions: request.initial_resource_versions.len(),
+        }),
     }
+}
 
-    fn delta(request: &DeltaRequest) -> QueuedRequest {
-        QueuedRequest {
-            type_url: request.type_url,
-            version: String::new(),
-            nonce: request.response_nonce.clone(),
-            resource_names: request.resource_names_subscribe.iter().cloned().collect(),
-            nack: request.error_detail.as_ref().map(|s| s.message.clone()),
-            delta: Some(DeltaSent {
-                unsubscribe: request.resource_names_unsubscribe.clone(),
-                initial_resource_versions: request.initial_resource_versions.len(),
-            }),
-        }
-    }
-
-    fn sent_event(self, server: ServerId, server_uri: Arc<str>, stream: StreamId) -> ChannelEvent {
+/// Logs a request's `RequestSent` event as the request is queued or sent (`what`).
+fn log_request(event: &ChannelEvent, what: &str) {
+    if let ChannelEvent::RequestSent {
+        type_url,
+        version,
+        nonce,
+        resource_names,
+        nack,
+        delta,
+        ..
+    } = event
+    {
         tracing::debug!(
-            type_url = %self.type_url,
-            resources = ?self.resource_names,
-            version = %self.version,
-            nonce = %self.nonce,
-            nack = ?self.nack,
-            delta = ?self.delta,
-            "request sent"
+            type_url = %type_url,
+            resources = ?resource_names,
+            version = %version,
+            nonce = %nonce,
+            nack = ?nack,
+            delta = ?delta,
+            "request {what}"
         );
-        ChannelEvent::RequestSent {
-            server,
-            server_uri,
-            stream,
-            type_url: self.type_url,
-            version: self.version,
-            nonce: self.nonce,
-            resource_names: self.resource_names,
-            nack: self.nack,
-            delta: self.delta,
-        }
     }
 }
 
@@ -84,8 +91,19 @@ struct StreamEntry {
     server_uri: Arc<str>,
     requests: UnboundedSender<Outgoing>,
     abort: AbortHandle,
-    queued: VecDeque<QueuedRequest>,
+    /// The queued requests' `RequestSent` events, oldest first.
+    queued: VecDeque<ChannelEvent>,
     span: tracing::Span,
+}
+
+impl StreamEntry {
+    /// Hands a request to the task, and keeps its `RequestSent` event for when HTTP/2
+    /// takes it.
+    fn queue(&mut self, sent: ChannelEvent, request: Outgoing) {
+        self.span.in_scope(|| log_request(&sent, "queued"));
+        self.queued.push_back(sent);
+        let _ = self.requests.unbounded_send(request);
+    }
 }
 
 /// A stream task's report as [`StreamTasks::event`] turns it.
@@ -170,35 +188,18 @@ impl<R: Runtime> StreamTasks<R> {
 
     /// Hands a SotW request to its stream's task.
     pub(crate) fn send(&mut self, stream: StreamId, request: Box<AdsRequest>) {
-        let queued = QueuedRequest::sotw(&request);
-        self.queue(stream, queued, Outgoing::Sotw(request));
+        if let Some(entry) = self.streams.get_mut(&stream) {
+            let event = sotw_sent(entry.server, entry.server_uri.clone(), stream, &request);
+            entry.queue(event, Outgoing::Sotw(request));
+        }
     }
 
     /// Hands a delta request to its stream's task.
     pub(crate) fn send_delta(&mut self, stream: StreamId, request: Box<DeltaRequest>) {
-        let queued = QueuedRequest::delta(&request);
-        self.queue(stream, queued, Outgoing::Delta(request));
-    }
-
-    /// Hands a request to its stream's task, and remembers its summary for the
-    /// `RequestSent` event when HTTP/2 takes it.
-    fn queue(&mut self, stream: StreamId, queued: QueuedRequest, request: Outgoing) {
-        let Some(entry) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        entry.span.in_scope(|| {
-            tracing::debug!(
-                type_url = %queued.type_url,
-                resources = ?queued.resource_names,
-                version = %queued.version,
-                nonce = %queued.nonce,
-                nack = ?queued.nack,
-                delta = ?queued.delta,
-                "request queued"
-            )
-        });
-        entry.queued.push_back(queued);
-        let _ = entry.requests.unbounded_send(request);
+        if let Some(entry) = self.streams.get_mut(&stream) {
+            let event = delta_sent(entry.server, entry.server_uri.clone(), stream, &request);
+            entry.queue(event, Outgoing::Delta(request));
+        }
     }
 
     /// Aborts the task of `stream`, which the client closes for `status`; returns the
@@ -261,8 +262,10 @@ impl<R: Runtime> StreamTasks<R> {
                 })
             }
             // Every request is reported sent once, in order.
-            Report::Sent => (entry.queued.pop_front())
-                .map(|queued| queued.sent_event(server, server_uri, stream)),
+            Report::Sent => {
+                let event = entry.queued.pop_front();
+                event.inspect(|e| log_request(e, "sent"))
+            }
             Report::Response(bytes) => {
                 tracing::debug!(bytes = bytes.len(), "response received");
                 Some(ChannelEvent::ResponseReceived {
