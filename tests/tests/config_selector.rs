@@ -816,6 +816,10 @@ fn cluster_specifier_plugins_route_to_a_plugin_child() {
         registry.children(),
         vec!["cluster:c", "cluster_specifier_plugin:rls"]
     );
+    assert_eq!(
+        registry.plugin_children(),
+        vec!["cluster_specifier_plugin:rls"]
+    );
     let config = registry.lb_config();
     let plugin =
         &config[0]["xds_cluster_manager_experimental"]["children"]["cluster_specifier_plugin:rls"];

@@ -28,7 +28,7 @@ use futures::channel::oneshot;
 use xds_proto_core::dependency::{XdsConfig, XdsDependencyManager};
 use xds_proto_core::selector::{
     CLUSTER_CHILD_PREFIX, ClusterHandle, ClusterManagerChild, ClusterRegistry, ConfigSelector,
-    LbConfigJson, PLUGIN_CHILD_PREFIX,
+    LbConfigJson,
 };
 use xds_proto_core::{Notification, WatchError, XdsClient, XdsError};
 
@@ -231,7 +231,7 @@ struct Entry {
     /// with a new LB config when only the plugin children changed.
     last_config: Option<Arc<XdsConfig>>,
     /// The cluster specifier plugin children of the LB config last published.
-    published_plugins: BTreeSet<String>,
+    published_plugins: Vec<String>,
     /// A release changed the plugin children held: the LB config must change, though
     /// the manager, which knows no plugins, has no update.
     plugins_changed: bool,
@@ -263,7 +263,7 @@ impl Entry {
     fn update_for(&mut self, config: Arc<XdsConfig>) -> ConfigUpdate {
         let selector = Arc::new(ConfigSelector::new(&config, &mut self.registry));
         let lb_config = Arc::new(self.registry.lb_config());
-        self.published_plugins = self.plugin_children();
+        self.published_plugins = self.registry.plugin_children();
         ConfigUpdate {
             lb_config,
             selector,
@@ -271,20 +271,12 @@ impl Entry {
         }
     }
 
-    /// The cluster specifier plugin children some selector, pick or hold still holds.
-    fn plugin_children(&mut self) -> BTreeSet<String> {
-        let children = self.registry.children().into_iter();
-        children
-            .filter(|c| c.starts_with(PLUGIN_CHILD_PREFIX))
-            .collect()
-    }
-
     /// Some handle of this stream's registry dropped a child: clusters no longer held
     /// are unsubscribed (the manager then has an update without them); a plugin child
     /// no longer held calls for the same configuration with a new LB config.
     fn on_released(&mut self, core: &mut XdsClient) {
         self.sync_held(core);
-        if self.plugin_children() != self.published_plugins {
+        if self.registry.plugin_children() != self.published_plugins {
             self.plugins_changed = true;
         }
         self.dirty = true;
@@ -375,7 +367,7 @@ impl ConfigWatches {
                         slot,
                         dirty: false,
                         last_config: None,
-                        published_plugins: BTreeSet::new(),
+                        published_plugins: Vec::new(),
                         plugins_changed: false,
                     },
                 );

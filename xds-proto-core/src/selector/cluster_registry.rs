@@ -197,6 +197,17 @@ impl ClusterRegistry {
         self.children.keys().map(|k| k.to_string()).collect()
     }
 
+    /// The cluster specifier plugin children still held by some handle
+    /// (`cluster_specifier_plugin:<name>`), sorted: [`children`](Self::children)
+    /// without the clusters.
+    pub fn plugin_children(&mut self) -> Vec<String> {
+        self.prune();
+        (self.children.iter())
+            .filter(|(_, c)| matches!(c.child, ClusterManagerChild::Plugin(_)))
+            .map(|(k, _)| k.to_string())
+            .collect()
+    }
+
     /// Whether the child `child_name` (`cluster:<name>` ...) is still held.
     pub fn contains(&self, child_name: &str) -> bool {
         self.children
