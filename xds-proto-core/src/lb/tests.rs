@@ -43,15 +43,42 @@ pub(super) fn locality(name: &str, weight: u32, endpoints: Vec<Endpoint>) -> Loc
     }
 }
 
+/// An endpoint at `port` with a second address, `other` (A61).
+pub(super) fn dual_endpoint(port: u16, other: u16) -> Endpoint {
+    let mut e = endpoint(port);
+    e.additional_addresses.push(addr(other));
+    e
+}
+
+/// One priority, one locality, these endpoints.
+pub(super) fn one_locality(endpoints: Vec<Endpoint>) -> Vec<Priority> {
+    vec![Priority {
+        localities: vec![locality("r", 1, endpoints)],
+    }]
+}
+
 /// One priority, one locality, these ports.
 pub(super) fn simple(ports: &[u16]) -> Vec<Priority> {
-    vec![Priority {
-        localities: vec![locality(
-            "r",
-            1,
-            ports.iter().map(|p| endpoint(*p)).collect(),
-        )],
-    }]
+    one_locality(ports.iter().map(|p| endpoint(*p)).collect())
+}
+
+/// Calls fail on `bad` and succeed elsewhere.
+fn fails_on(bad: SocketAddr) -> impl Fn(SocketAddr) -> CallOutcome + Copy {
+    move |a| {
+        if a == bad {
+            CallOutcome::Failure
+        } else {
+            CallOutcome::Success
+        }
+    }
+}
+
+/// Cluster `c`, `pick_first` over these ports in order.
+fn pick_first_cluster(net: &mut Net, ports: &[u16]) {
+    let policy = LbPolicy::PickFirst {
+        shuffle_address_list: false,
+    };
+    net.update(vec![eds(cluster_resource("c", policy), simple(ports))]);
 }
 
 pub(super) fn cluster_resource(name: &str, lb_policy: LbPolicy) -> ClusterResource {
@@ -529,33 +556,18 @@ fn the_circuit_breaker_fails_calls_beyond_max_requests_until_one_finishes() {
 fn pick_first_uses_the_first_address_that_connects() {
     let mut net = Net::new();
     net.failing.insert(addr(1));
-    let policy = LbPolicy::PickFirst {
-        shuffle_address_list: false,
-    };
-    net.update(vec![eds(cluster_resource("c", policy), simple(&[1, 2, 3]))]);
+    pick_first_cluster(&mut net, &[1, 2, 3]);
     net.pick("c", 0);
     assert_eq!(net.connects, vec![addr(1), addr(2)], "3 is never tried");
     let seen = net.picks("c", 20, |_| CallOutcome::Success);
     assert_eq!(seen, BTreeMap::from([(addr(2), 20)]));
 }
 
-fn pick_first_net(ports: &[u16]) -> Net {
-    let mut net = Net::new();
-    let policy = LbPolicy::PickFirst {
-        shuffle_address_list: false,
-    };
-    net.update(vec![eds(cluster_resource("c", policy), simple(ports))]);
-    net
-}
-
 #[test]
 fn pick_first_starts_the_next_address_once_an_attempt_has_run_250_ms() {
     let mut net = Net::new();
     net.hanging.insert(addr(1));
-    let policy = LbPolicy::PickFirst {
-        shuffle_address_list: false,
-    };
-    net.update(vec![eds(cluster_resource("c", policy), simple(&[1, 2, 3]))]);
+    pick_first_cluster(&mut net, &[1, 2, 3]);
     assert_eq!(net.pick("c", 0), Pick::Queue);
     assert_eq!(net.lb.poll_timeout(), Some(Instant::from_millis(250)));
     net.advance_to(Instant::from_millis(249));
@@ -580,10 +592,7 @@ fn pick_first_fails_a_pass_only_once_no_attempt_is_still_connecting() {
         let mut net = Net::new();
         net.hanging.insert(addr(1));
         net.failing.insert(addr(2));
-        let policy = LbPolicy::PickFirst {
-            shuffle_address_list: false,
-        };
-        net.update(vec![eds(cluster_resource("c", policy), simple(&[1, 2]))]);
+        pick_first_cluster(&mut net, &[1, 2]);
         net.pick("c", 0);
         net.advance_to(Instant::from_millis(250));
         // 2 fails at once; 1 is still connecting, so the pass goes on.
@@ -609,7 +618,8 @@ fn pick_first_fails_a_pass_only_once_no_attempt_is_still_connecting() {
 
 #[test]
 fn an_attempt_that_ends_within_the_delay_leaves_no_timer_behind() {
-    let mut net = pick_first_net(&[1, 2]);
+    let mut net = Net::new();
+    pick_first_cluster(&mut net, &[1, 2]);
     net.pick("c", 0);
     assert_eq!(net.connects, vec![addr(1)]);
     assert_eq!(
@@ -623,11 +633,7 @@ fn an_attempt_that_ends_within_the_delay_leaves_no_timer_behind() {
 fn an_endpoint_tries_its_next_address_once_an_attempt_has_run_250_ms() {
     let mut net = Net::new();
     net.hanging.insert(addr(1));
-    let mut dual = endpoint(1);
-    dual.additional_addresses.push(addr(2));
-    let priorities = vec![Priority {
-        localities: vec![locality("r", 1, vec![dual, endpoint(3)])],
-    }];
+    let priorities = one_locality(vec![dual_endpoint(1, 2), endpoint(3)]);
     net.update(vec![eds(
         cluster_resource("c", LbPolicy::RoundRobin),
         priorities,
@@ -643,10 +649,7 @@ fn an_endpoint_tries_its_next_address_once_an_attempt_has_run_250_ms() {
 #[test]
 fn pick_first_goes_idle_when_its_connection_closes_and_reconnects_on_a_pick() {
     let mut net = Net::new();
-    let policy = LbPolicy::PickFirst {
-        shuffle_address_list: false,
-    };
-    net.update(vec![eds(cluster_resource("c", policy), simple(&[1, 2]))]);
+    pick_first_cluster(&mut net, &[1, 2]);
     let Pick::Complete { subchannel, .. } = ({
         net.pick("c", 0);
         net.pick("c", 1)
@@ -791,13 +794,7 @@ fn outlier_detection_ejects_a_failing_endpoint_for_the_base_ejection_time() {
     net.update(vec![eds(resource, simple(&[1, 2, 3, 4]))]);
     net.pick("c", 0);
     let bad = addr(3);
-    let outcome = |a: SocketAddr| {
-        if a == bad {
-            CallOutcome::Failure
-        } else {
-            CallOutcome::Success
-        }
-    };
+    let outcome = fails_on(bad);
     net.picks("c", 400, outcome);
     net.advance_to(Instant::from_secs(10));
     let seen = net.picks("c", 300, outcome);
@@ -821,24 +818,10 @@ fn outlier_detection_counts_and_ejects_an_endpoint_with_all_its_addresses() {
     let mut resource = cluster_resource("c", LbPolicy::RoundRobin);
     resource.outlier_detection = Some(failure_percentage(50));
     // Endpoint 1 has a second address, 11 (A61): its calls count for the endpoint.
-    let mut dual = endpoint(1);
-    dual.additional_addresses.push(addr(11));
-    let priorities = vec![Priority {
-        localities: vec![locality(
-            "r",
-            1,
-            vec![dual, endpoint(2), endpoint(3), endpoint(4)],
-        )],
-    }];
-    net.update(vec![eds(resource, priorities)]);
+    let endpoints = vec![dual_endpoint(1, 11), endpoint(2), endpoint(3), endpoint(4)];
+    net.update(vec![eds(resource, one_locality(endpoints))]);
     net.pick("c", 0);
-    let outcome = |a: SocketAddr| {
-        if a == addr(1) {
-            CallOutcome::Failure
-        } else {
-            CallOutcome::Success
-        }
-    };
+    let outcome = fails_on(addr(1));
     net.picks("c", 400, outcome);
     net.advance_to(Instant::from_secs(10));
     // Ejected, the endpoint's other address is no way around it: 11 is not used.
@@ -1087,12 +1070,8 @@ fn a_failed_resolution_is_retried_with_backoff() {
 #[test]
 fn an_endpoint_with_additional_addresses_falls_back_to_them() {
     let mut net = Net::new();
-    let mut e = endpoint(1);
-    e.additional_addresses = vec![addr(11)];
     net.failing.insert(addr(1));
-    let priorities = vec![Priority {
-        localities: vec![locality("r", 1, vec![e])],
-    }];
+    let priorities = one_locality(vec![dual_endpoint(1, 11)]);
     net.update(vec![eds(
         cluster_resource("c", LbPolicy::RoundRobin),
         priorities,
