@@ -58,6 +58,36 @@ fn cached_clusters(h: &mut Harness, names: &[&str]) -> (StreamId, Vec<WatcherId>
     (s, watchers)
 }
 
+/// A `*` watch on a new delta stream, holding `resources` (name, version, value) from
+/// the first response, which it hears of and which is ACKed.
+fn wildcard_holding(h: &mut Harness, resources: &[(&str, &str, u32)]) -> (StreamId, WatcherId) {
+    let all = h.watch::<Cds>("*");
+    let s = h.connect_first_delta(CDS, &["*"]);
+    let items = (resources.iter())
+        .map(|(n, v, x)| (*n, *v, cluster_v(n, *x)))
+        .collect();
+    h.respond_delta(s, delta_response(CDS, "n1", items, &[]));
+    for _ in resources {
+        assert_eq!(h.expect_notify().watcher, all);
+    }
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
+    h.sent(s);
+    (s, all)
+}
+
+/// A named watch of a resource the wildcard holds: told at once, and subscribed by name
+/// so that it outlives the wildcard.
+fn watch_beside_wildcard(h: &mut Harness, s: StreamId, name: &str) -> WatcherId {
+    let one = h.watch::<Cds>(name);
+    assert_eq!(h.expect_notify().watcher, one);
+    assert_eq!(
+        h.expect_delta_request(s),
+        DeltaReq::new(CDS).subscribe(&[name])
+    );
+    h.sent(s);
+    one
+}
+
 // ----- requests: subscribe, unsubscribe, node -----
 
 #[test]
@@ -752,27 +782,10 @@ fn a_wildcard_watch_hears_every_resource_beside_a_named_watch_until_it_goes() {
 #[test]
 fn a_new_stream_offers_the_resources_held_for_the_wildcard_in_its_initial_versions() {
     let mut h = Harness::delta();
-    let all = h.watch::<Cds>("*");
-    let s = h.connect_first_delta(CDS, &["*"]);
-    let three = vec![
-        ("c2", "v1", cluster_v("c2", 2)),
-        ("c1", "v1", cluster_v("c1", 1)),
-        ("c3", "v7", cluster_v("c3", 3)),
-    ];
-    h.respond_delta(s, delta_response(CDS, "n1", three, &[]));
-    for _ in 0..3 {
-        assert_eq!(h.expect_notify().watcher, all);
-    }
-    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
-    h.sent(s);
+    let three = [("c2", "v1", 2), ("c1", "v1", 1), ("c3", "v7", 3)];
+    let (s, _) = wildcard_holding(&mut h, &three);
     // c3 is also watched by name; c2 is removed (A88: kept, but no longer the server's).
-    let one = h.watch::<Cds>("c3");
-    assert_eq!(h.expect_notify().watcher, one);
-    assert_eq!(
-        h.expect_delta_request(s),
-        DeltaReq::new(CDS).subscribe(&["c3"])
-    );
-    h.sent(s);
+    watch_beside_wildcard(&mut h, s, "c3");
     h.respond_delta(s, delta_response(CDS, "n2", vec![], &["c2"]));
     assert_eq!(
         ambient_error(&h.expect_notify()).kind,
@@ -799,22 +812,8 @@ fn a_new_stream_offers_the_resources_held_for_the_wildcard_in_its_initial_versio
 #[test]
 fn a_named_watch_that_goes_leaves_the_resource_to_the_wildcard() {
     let mut h = Harness::delta();
-    let all = h.watch::<Cds>("*");
-    let s = h.connect_first_delta(CDS, &["*"]);
-    h.respond_delta(
-        s,
-        delta_response(CDS, "n1", vec![("c1", "v1", cluster_v("c1", 1))], &[]),
-    );
-    assert_eq!(h.expect_notify().watcher, all);
-    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
-    h.sent(s);
-    let one = h.watch::<Cds>("c1");
-    assert_eq!(h.expect_notify().watcher, one);
-    assert_eq!(
-        h.expect_delta_request(s),
-        DeltaReq::new(CDS).subscribe(&["c1"])
-    );
-    h.sent(s);
+    let (s, all) = wildcard_holding(&mut h, &[("c1", "v1", 1)]);
+    let one = watch_beside_wildcard(&mut h, s, "c1");
     h.cancel(one);
     assert_eq!(
         h.expect_delta_request(s),
