@@ -131,7 +131,7 @@ impl LeafCluster {
             _ => Vec::new(),
         };
         self.layout = Layout::of(&resource.lb_policy, ring_size_cap);
-        self.stop_children(now, pool);
+        self.stop_children_from(now, pool, 0);
         // New references first, so that addresses still listed keep their subchannel.
         let old = std::mem::take(&mut self.subchannels);
         self.priorities = build_specs(pool, &source, self.layout);
@@ -171,7 +171,7 @@ impl LeafCluster {
 
     /// Releases every subchannel reference (the cluster is going away).
     pub(super) fn release(&mut self, now: Instant, pool: &mut SubchannelPool) {
-        self.stop_children(now, pool);
+        self.stop_children_from(now, pool, 0);
         self.children.clear();
         for id in self.subchannels.drain(..) {
             pool.release(id);
@@ -245,25 +245,19 @@ impl LeafCluster {
                     self.failover.started(now, i, child.state());
                     self.children[i] = Some(child);
                 }
-                Choice::Use(i) => {
-                    for j in i + 1..self.children.len() {
-                        if self.children[j].take().is_some() {
-                            self.failover.stopped(j);
-                            self.set_active(now, pool, j, false);
-                        }
-                    }
-                    return;
-                }
+                Choice::Use(i) => return self.stop_children_from(now, pool, i + 1),
                 Choice::None => return,
             }
         }
     }
 
-    /// Stops every started priority (the priorities are about to be rebuilt).
-    fn stop_children(&mut self, now: Instant, pool: &mut SubchannelPool) {
-        for i in 0..self.children.len() {
-            if self.children[i].take().is_some() {
-                self.set_active(now, pool, i, false);
+    /// Stops the started priorities from `first` on: below the one in use, or all of
+    /// them (from 0) when the priorities are rebuilt or the cluster goes.
+    fn stop_children_from(&mut self, now: Instant, pool: &mut SubchannelPool, first: usize) {
+        for j in first..self.children.len() {
+            if self.children[j].take().is_some() {
+                self.failover.stopped(j);
+                self.set_active(now, pool, j, false);
             }
         }
     }
