@@ -1,9 +1,8 @@
 //! Outlier detection (gRFC A50) for one cluster: call outcomes counted per endpoint (A61:
 //! the calls on any of an endpoint's addresses count for it, and ejecting it ejects all
 //! of them) in two buckets (the interval being filled and the last complete one); every
-//! `interval`
-//! the buckets swap and the success-rate and failure-percentage algorithms eject
-//! outliers, within `max_ejection_percent`, with their enforcement probability; an
+//! `interval` the buckets swap and the success-rate and failure-percentage algorithms
+//! eject outliers, within `max_ejection_percent`, with their enforcement probability; an
 //! ejection lasts `base_ejection_time × multiplier` (capped by the greater of
 //! `max_ejection_time` and the base) and ends at the first sweep after that; the
 //! multiplier decays by one per sweep without ejection. Ejected subchannels look like
@@ -29,7 +28,7 @@ impl Counts {
 }
 
 #[derive(Clone, Debug, Default)]
-struct AddressStats {
+struct EndpointStats {
     current: Counts,
     last: Counts,
     ejected_at: Option<Instant>,
@@ -42,7 +41,7 @@ pub(super) struct OutlierDetector {
     config: OutlierDetection,
     next_sweep: Instant,
     /// Per endpoint, keyed by its first address's subchannel.
-    addresses: DetHashMap<SubchannelId, AddressStats>,
+    endpoints: DetHashMap<SubchannelId, EndpointStats>,
     /// An endpoint's other addresses, to the first.
     endpoint_of: DetHashMap<SubchannelId, SubchannelId>,
     /// An endpoint's first address, to the others.
@@ -61,7 +60,7 @@ impl OutlierDetector {
         OutlierDetector {
             next_sweep: now + config.interval,
             config,
-            addresses: DetHashMap::default(),
+            endpoints: DetHashMap::default(),
             endpoint_of: DetHashMap::default(),
             others: DetHashMap::default(),
         }
@@ -94,7 +93,7 @@ impl OutlierDetector {
             if next.contains_key(&first) || self.endpoint_of.contains_key(&first) {
                 continue;
             }
-            let stats = self.addresses.remove(&first).unwrap_or_default();
+            let stats = self.endpoints.remove(&first).unwrap_or_default();
             next.insert(first, stats);
             let rest: Vec<SubchannelId> = (rest.iter().copied())
                 .filter(|id| !next.contains_key(id) && !self.endpoint_of.contains_key(id))
@@ -106,7 +105,7 @@ impl OutlierDetector {
                 self.others.insert(first, rest);
             }
         }
-        self.addresses = next;
+        self.endpoints = next;
     }
 
     /// The key of `id`'s endpoint: its first address's subchannel.
@@ -115,7 +114,7 @@ impl OutlierDetector {
     }
 
     pub(super) fn is_ejected(&self, id: SubchannelId) -> bool {
-        self.addresses
+        self.endpoints
             .get(&self.endpoint(id))
             .is_some_and(|a| a.ejected_at.is_some())
     }
@@ -126,7 +125,7 @@ impl OutlierDetector {
 
     pub(super) fn record(&mut self, id: SubchannelId, success: bool) {
         let endpoint = self.endpoint(id);
-        if let Some(a) = self.addresses.get_mut(&endpoint) {
+        if let Some(a) = self.endpoints.get_mut(&endpoint) {
             if success {
                 a.current.success += 1;
             } else {
@@ -169,18 +168,18 @@ impl OutlierDetector {
         changes: &mut Vec<EjectionChange>,
     ) {
         self.next_sweep = now + self.config.interval;
-        for a in self.addresses.values_mut() {
+        for a in self.endpoints.values_mut() {
             a.last = std::mem::take(&mut a.current);
         }
         // Sorted, so that enforcement draws replay in the same order.
-        let mut ids: Vec<SubchannelId> = self.addresses.keys().copied().collect();
+        let mut ids: Vec<SubchannelId> = self.endpoints.keys().copied().collect();
         ids.sort_unstable();
         self.success_rate(now, &ids, rng, changes);
         self.failure_percentage(now, &ids, rng, changes);
         let base = self.config.base_ejection_time;
         let max = self.config.max_ejection_time.max(base);
         for id in &ids {
-            let a = self.addresses.get_mut(id).expect("listed");
+            let a = self.endpoints.get_mut(id).expect("listed");
             match a.ejected_at {
                 None => a.multiplier = a.multiplier.saturating_sub(1),
                 Some(at) => {
@@ -210,7 +209,7 @@ impl OutlierDetector {
         let rates: Vec<(SubchannelId, f64)> = ids
             .iter()
             .filter_map(|id| {
-                let c = self.addresses[id].last;
+                let c = self.endpoints[id].last;
                 (c.volume() >= sr.request_volume && c.volume() > 0)
                     .then(|| (*id, f64::from(c.success) / f64::from(c.volume())))
             })
@@ -241,7 +240,7 @@ impl OutlierDetector {
         };
         let candidates: Vec<(SubchannelId, Counts)> = ids
             .iter()
-            .map(|id| (*id, self.addresses[id].last))
+            .map(|id| (*id, self.endpoints[id].last))
             .filter(|(_, c)| c.volume() >= fp.request_volume && c.volume() > 0)
             .collect();
         if candidates.len() < fp.minimum_hosts as usize {
@@ -263,20 +262,20 @@ impl OutlierDetector {
         changes: &mut Vec<EjectionChange>,
     ) {
         let ejected = self
-            .addresses
+            .endpoints
             .values()
             .filter(|a| a.ejected_at.is_some())
             .count();
         // A50: no ejection once the ejected share reaches max_ejection_percent.
         if ejected as u64 * 100
-            >= u64::from(self.config.max_ejection_percent) * self.addresses.len() as u64
+            >= u64::from(self.config.max_ejection_percent) * self.endpoints.len() as u64
         {
             return;
         }
         if rng.next_u64() % 100 >= u64::from(enforcement_percentage) {
             return;
         }
-        let a = self.addresses.get_mut(&id).expect("candidate");
+        let a = self.endpoints.get_mut(&id).expect("candidate");
         if a.ejected_at.is_some() {
             return;
         }
@@ -290,7 +289,7 @@ impl OutlierDetector {
 
     #[cfg(test)]
     pub(super) fn ejected_count(&self) -> usize {
-        self.addresses
+        self.endpoints
             .values()
             .filter(|a| a.ejected_at.is_some())
             .count()
