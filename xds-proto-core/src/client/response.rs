@@ -312,8 +312,6 @@ impl XdsClient {
         let items = std::mem::take(&mut decoded.items);
         let versions = std::mem::take(&mut decoded.versions);
         let table = &mut self.resources[cx.t];
-        // Does-not-exist timers of the resources received, cancelled after the loop.
-        let mut cancelled = Vec::new();
         let mut present_here = 0usize;
         for (k, (slot, outcome)) in items.into_iter().enumerate() {
             let Some(entry) = slot.and_then(|slot| table.at_mut(slot)) else {
@@ -332,7 +330,9 @@ impl XdsClient {
                 "the active server's subscription names every watched resource it serves"
             );
             present_here += usize::from(named);
-            entry.disarm_timers(cx.t, &authority.servers, None, |key| cancelled.push(key));
+            entry.disarm_timers(cx.t, &authority.servers, None, |key| {
+                self.timers.cancel(&key)
+            });
             let update = match outcome {
                 Outcome::Invalid(message) => {
                     tracing::trace!(name = %entry.name, %message, "resource rejected");
@@ -362,7 +362,6 @@ impl XdsClient {
             let source = (version, cx.server);
             entry.fill(&mut self.actions, cx.type_url, update, source, cx.now);
         }
-        self.timers.cancel_all(&cancelled);
         present_here
     }
 

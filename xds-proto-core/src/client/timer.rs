@@ -72,13 +72,6 @@ impl TimerTable {
         }
     }
 
-    /// Cancels many keys (a first delivery disarms a whole subscription's timers).
-    pub(super) fn cancel_all(&mut self, keys: &[TimerKey]) {
-        for key in keys {
-            self.cancel(key);
-        }
-    }
-
     pub(super) fn is_armed(&self, key: &TimerKey) -> bool {
         self.by_key.contains_key(key)
     }
@@ -160,15 +153,16 @@ mod tests {
     }
 
     #[test]
-    fn cancel_all_in_one_pass_or_per_key_leaves_the_others_armed() {
+    fn cancelling_some_keys_leaves_the_others_armed() {
         let key = |i: usize| TimerKey::Reconnect(i);
         for cancelled in [1usize, 9] {
             let mut t = TimerTable::default();
             for i in 0..10 {
                 t.set(key(i), Instant::from_secs(i as u64 + 1));
             }
-            let keys: Vec<TimerKey> = (0..cancelled).map(key).collect();
-            t.cancel_all(&keys);
+            for i in 0..cancelled {
+                t.cancel(&key(i));
+            }
             assert!((0..cancelled).all(|i| !t.is_armed(&key(i))));
             assert!((cancelled..10).all(|i| t.is_armed(&key(i))));
             assert_eq!(
