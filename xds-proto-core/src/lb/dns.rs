@@ -57,7 +57,7 @@ impl DnsResolutions {
         port: u16,
         actions: &mut impl Extend<LbAction>,
     ) {
-        let resolution = Resolution {
+        let mut resolution = Resolution {
             host,
             port,
             in_flight: false,
@@ -65,8 +65,8 @@ impl DnsResolutions {
             due: None,
             backoff: Backoff::new(self.backoff),
         };
+        resolution.ask(now, cluster, actions);
         self.by_cluster.insert(cluster.to_owned(), resolution);
-        self.emit(now, cluster, actions);
     }
 
     /// Forgets the clusters that left the config (or are no longer LOGICAL_DNS).
@@ -111,7 +111,7 @@ impl DnsResolutions {
         if earliest > now {
             r.due = Some(earliest);
         } else {
-            self.emit(now, cluster, actions);
+            r.ask(now, cluster, actions);
         }
     }
 
@@ -121,26 +121,24 @@ impl DnsResolutions {
 
     /// Asks for the resolutions due at `now`.
     pub(super) fn handle_timeout(&mut self, now: Instant, actions: &mut impl Extend<LbAction>) {
-        let due: Vec<String> = (self.by_cluster.iter())
-            .filter(|(_, r)| r.due.is_some_and(|at| at <= now))
-            .map(|(name, _)| name.clone())
-            .collect();
-        for cluster in due {
-            self.emit(now, &cluster, actions);
+        for (cluster, r) in &mut self.by_cluster {
+            if r.due.is_some_and(|at| at <= now) {
+                r.ask(now, cluster, actions);
+            }
         }
     }
+}
 
-    fn emit(&mut self, now: Instant, cluster: &str, actions: &mut impl Extend<LbAction>) {
-        let Some(r) = self.by_cluster.get_mut(cluster) else {
-            return;
-        };
-        r.in_flight = true;
-        r.last_at = now;
-        r.due = None;
+impl Resolution {
+    /// Asks the embedder to resolve `cluster`'s host now.
+    fn ask(&mut self, now: Instant, cluster: &str, actions: &mut impl Extend<LbAction>) {
+        self.in_flight = true;
+        self.last_at = now;
+        self.due = None;
         actions.extend([LbAction::ResolveDns {
             cluster: cluster.to_owned(),
-            host: r.host.clone(),
-            port: r.port,
+            host: self.host.clone(),
+            port: self.port,
         }]);
     }
 }
