@@ -115,7 +115,7 @@ fn count_responses(client: &Client, start: Instant) -> (Arc<AtomicUsize>, Arc<At
     let (responses, bytes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let mut events = client.channel_events();
     let (r, b) = (responses.clone(), bytes.clone());
-    tokio::spawn(async move {
+    let task = async move {
         while let Some(event) = events.next().await {
             if phases {
                 let what = match &event {
@@ -140,7 +140,14 @@ fn count_responses(client: &Client, start: Instant) -> (Arc<AtomicUsize>, Arc<At
                 b.fetch_add(bytes, Ordering::Relaxed);
             }
         }
-    });
+    };
+    if phases {
+        // A thread of its own, so the timeline shows when the driver published each
+        // event rather than when a busy runtime got round to printing it.
+        std::thread::spawn(move || futures::executor::block_on(task));
+    } else {
+        tokio::spawn(task);
+    }
     (responses, bytes)
 }
 

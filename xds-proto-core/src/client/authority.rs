@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::check::checked_authority;
 use super::server::ServerState;
-use super::timer::TimerKey;
 use super::{Action, ServerId, TypeIdx, WatchError, XdsClient};
 use crate::bootstrap::ServerConfig;
 
@@ -204,8 +203,7 @@ impl XdsClient {
                         changed.push(t);
                     }
                     removed.push((t, entry.name.clone()));
-                    let servers = &self.authorities[authority].servers;
-                    entry.disarm_timers(t, servers, Some(server), |key| self.timers.cancel(&key));
+                    entry.disarm_timers(&mut self.timers, Some(server));
                 }
             }
         }
@@ -222,7 +220,7 @@ impl XdsClient {
         if let Some(stream) = srv.release() {
             self.actions.push_back(Action::CloseStream { stream });
         }
-        self.timers.cancel(&TimerKey::Reconnect(server));
+        self.timers.cancel_reconnect(server);
         self.actions.push_back(Action::DropChannel {
             server: ServerId(server),
         });

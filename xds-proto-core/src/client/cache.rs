@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::timer::{TimerKey, timer_bit};
+use super::timer::{ArmedTimers, Timers};
 use super::{
-    Action, Notification, ResourceSnapshot, ResourceStatusKind, TypeIdx, UpdateFailure, WatchEvent,
+    Action, Notification, ResourceSnapshot, ResourceStatusKind, UpdateFailure, WatchEvent,
     WatcherId, XdsError,
 };
 use crate::DetHashMap as HashMap;
@@ -59,9 +59,8 @@ pub(super) struct ResourceEntry {
     /// The watchers that hold an ambient error beside the cached value: the next valid
     /// copy tells them that it cleared (see [`WatchEvent::Changed`]).
     pub(super) ambient_holders: Vec<WatcherId>,
-    /// The servers (by position in the authority's list, see [`timer_bit`]) whose
-    /// does-not-exist timer for it is armed.
-    pub(super) timed_on: u64,
+    /// Its armed does-not-exist timers, one per server at most.
+    pub(super) armed: ArmedTimers,
     /// The last response (by [`XdsClient`](super::XdsClient)'s response counter) that
     /// named it, and its position among that response's items: duplicate detection
     /// without a name index.
@@ -92,7 +91,7 @@ impl ResourceEntry {
             server_error: None,
             error: None,
             ambient_holders: Vec::new(),
-            timed_on: 0,
+            armed: ArmedTimers::default(),
             seen_in: 0,
             seen_at: 0,
         }
@@ -348,32 +347,17 @@ impl ResourceEntry {
         events
     }
 
-    /// Disarms its does-not-exist timers, those of server `only` or all, handing each
-    /// armed key to `cancel`. `servers` is its authority's server list.
-    pub(super) fn disarm_timers(
-        &mut self,
-        t: TypeIdx,
-        servers: &[usize],
-        only: Option<usize>,
-        mut cancel: impl FnMut(TimerKey),
-    ) {
-        if self.timed_on == 0 {
-            return;
-        }
-        for (position, &server) in servers.iter().enumerate() {
-            if self.timed_on & timer_bit(position) == 0 || only.is_some_and(|s| s != server) {
-                continue;
-            }
-            cancel(TimerKey::DoesNotExist(server, t, self.name.clone()));
-        }
+    /// Stops its does-not-exist timers: server `only`'s, or all of them.
+    pub(super) fn disarm_timers(&mut self, timers: &mut Timers, only: Option<usize>) {
         match only {
-            None => self.timed_on = 0,
-            // The shared last bit stays set while a later position may still be armed.
             Some(server) => {
-                if let Some(position) = servers.iter().position(|s| *s == server)
-                    && position < 63
-                {
-                    self.timed_on &= !timer_bit(position);
+                if let Some(ticket) = self.armed.take(server) {
+                    timers.cancel_resource(server, ticket);
+                }
+            }
+            None => {
+                for (server, ticket) in self.armed.take_all() {
+                    timers.cancel_resource(server, ticket);
                 }
             }
         }
@@ -387,6 +371,16 @@ impl ResourceEntry {
 pub(super) struct Slot {
     index: u32,
     generation: u32,
+}
+
+#[cfg(test)]
+impl Slot {
+    pub(super) fn for_test(index: u32) -> Slot {
+        Slot {
+            index,
+            generation: 0,
+        }
+    }
 }
 
 /// One resource type's watched resources: entries in a slab, found by name through an

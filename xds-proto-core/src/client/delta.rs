@@ -201,7 +201,7 @@ impl XdsClient {
             if authority.active() != Some(server) || server_errors.iter().any(|(n, _)| *n == name) {
                 continue; // served by another server (A71), or the TP3 error decides
             }
-            entry.disarm_timers(t, &authority.servers, None, |key| self.timers.cancel(&key));
+            entry.disarm_timers(&mut self.timers, None);
             entry.delete(
                 &mut self.actions,
                 cx.type_url,

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::timer::{TimerKey, timer_bit};
+use super::cache::Slot;
+use super::timer::Ticket;
 use super::wildcard::WILDCARD;
 use super::{Status, TypeIdx, UpdateFailure, XdsClient, XdsError};
 use crate::time::Instant;
@@ -22,16 +23,16 @@ impl XdsClient {
         name: &Arc<str>,
         now: Instant,
     ) {
-        let Some(entry) = self.resources[t].get_mut(name) else {
+        let Some(slot) = self.resources[t].slot_of(name) else {
             return;
         };
-        let Some(position) = self.authorities[entry.authority]
-            .in_use()
-            .iter()
-            .position(|s| *s == server)
-        else {
+        let timeout = self.resource_timeout(server);
+        let Some(entry) = self.resources[t].at_mut(slot) else {
             return;
         };
+        if !self.authorities[entry.authority].in_use().contains(&server) {
+            return;
+        }
         if entry.is_cached() || entry.nack.is_some() || entry.server_error.is_some() {
             return;
         }
@@ -40,19 +41,17 @@ impl XdsClient {
         }
         // An armed timer of this server is one of its current stream: every stream end
         // cancels them (`cancel_resource_timers`).
-        let key = TimerKey::DoesNotExist(server, t, name.clone());
-        if self.timers.is_armed(&key) {
+        if entry.armed.ticket(server).is_some() {
             return;
         }
-        entry.timed_on |= timer_bit(position);
         tracing::trace!(
             server = %self.servers[server].config.server_uri,
             type_url = self.types[t].type_url(),
             name = %name,
             "does-not-exist timer started"
         );
-        let timeout = self.resource_timeout(server);
-        self.timers.set(key, now + timeout);
+        let ticket = self.timers.arm_resource(server, now + timeout, t, slot);
+        entry.armed.insert(server, ticket);
     }
 
     /// How long `server`'s does-not-exist timer runs: A88's 30 s (by default) on a
@@ -66,26 +65,52 @@ impl XdsClient {
         }
     }
 
+    /// The does-not-exist timers due at one instant ran out: each fires in key order
+    /// (server, type, name) unless its resource stopped it meanwhile, which an earlier
+    /// one of them may do (one verdict per resource).
+    pub(super) fn on_resource_timers(
+        &mut self,
+        due: Vec<(usize, TypeIdx, Slot, Ticket)>,
+        now: Instant,
+    ) {
+        let mut due: Vec<_> = due
+            .into_iter()
+            .filter_map(|(server, t, slot, ticket)| {
+                let entry = self.resources[t].at_mut(slot)?;
+                Some((server, t, entry.name.clone(), slot, ticket))
+            })
+            .collect();
+        due.sort_unstable_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
+        for (server, t, name, slot, ticket) in due {
+            let live = self.resources[t]
+                .at_mut(slot)
+                .is_some_and(|entry| entry.armed.ticket(server) == Some(ticket));
+            if live {
+                self.on_resource_timer(server, t, slot, &name, now);
+            }
+        }
+    }
+
     /// `server`'s does-not-exist timer of a resource ran out: unless a value arrived
     /// meanwhile, the resource does not exist (or timed out, on a server that says so).
-    pub(super) fn on_resource_timer(
+    fn on_resource_timer(
         &mut self,
         server: usize,
         t: TypeIdx,
+        slot: Slot,
         name: &Arc<str>,
         now: Instant,
     ) {
         let type_url = self.types[t].type_url();
         let timeout = self.resource_timeout(server);
-        let Some(entry) = self.resources[t].get_mut(name) else {
+        let Some(entry) = self.resources[t].at_mut(slot) else {
             return;
         };
+        // One verdict per resource: the timers still running on other servers stop.
+        entry.disarm_timers(&mut self.timers, None);
         if entry.is_cached() {
             return;
         }
-        // One verdict per resource: the timers still running on other servers stop.
-        let servers = &self.authorities[entry.authority].servers;
-        entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
         let config = &self.servers[server].config;
         let transient = config.server_features.resource_timer_is_transient_error;
         tracing::debug!(
@@ -156,7 +181,7 @@ impl XdsClient {
             "ADS stream closed before any response"
         );
         if srv.has_subscriptions() {
-            self.timers.set(TimerKey::Reconnect(server), now + delay);
+            self.timers.set_reconnect(server, now + delay);
         }
         self.report_connectivity_error(server, error);
     }
@@ -164,10 +189,9 @@ impl XdsClient {
     /// Stops the does-not-exist timers of a server's resources (they never run while
     /// it is disconnected) and lets them start again on the next stream.
     pub(super) fn cancel_resource_timers(&mut self, server: usize) {
-        for (t, table) in self.resources.iter_mut().enumerate() {
-            for entry in table.values_mut().filter(|e| e.timed_on != 0) {
-                let servers = &self.authorities[entry.authority].servers;
-                entry.disarm_timers(t, servers, Some(server), |key| self.timers.cancel(&key));
+        for table in self.resources.iter_mut() {
+            for entry in table.values_mut().filter(|e| !e.armed.is_empty()) {
+                entry.disarm_timers(&mut self.timers, Some(server));
             }
         }
     }

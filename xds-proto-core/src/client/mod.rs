@@ -18,7 +18,7 @@
 //!   [`DeltaRequest`] and its wire encoding; `envelope`: the lite `DiscoveryResponse` and
 //!   `DeltaDiscoveryResponse` decoders;
 //! - `delta`: delta xDS (building delta requests, applying delta responses);
-//! - `timer`: the `TimerTable` of every deadline;
+//! - `timer`: every deadline (reconnects, and per-server queues of does-not-exist timers);
 //! - `cache`: the resource tables and entries (fill, fail, notify, timers armed);
 //! - `server`: a server's subscriptions and its stream's state, building requests;
 //! - `stream`: opening streams, emitting requests, request-sent and connected;
@@ -69,7 +69,7 @@ pub use self::status::{Code, ErrorKind, Status, XdsError};
 use self::authority::AuthorityState;
 use self::cache::{ResourceEntry, ResourceTable};
 use self::server::ServerState;
-use self::timer::{TimerKey, TimerTable};
+use self::timer::{Expired, Timers};
 use crate::DetHashMap as HashMap;
 use crate::bootstrap::ServerConfig;
 use crate::names;
@@ -143,7 +143,7 @@ pub struct XdsClient {
     authorities: Vec<AuthorityState>,
     resources: Vec<ResourceTable>,
     watchers: HashMap<WatcherId, (TypeIdx, Arc<str>)>,
-    timers: TimerTable,
+    timers: Timers,
     actions: VecDeque<Action>,
     rng: Xoshiro256PlusPlus,
     next_stream: u64,
@@ -182,7 +182,7 @@ impl XdsClient {
             authorities: Vec::new(),
             resources,
             watchers: HashMap::default(),
-            timers: TimerTable::default(),
+            timers: Timers::default(),
             actions: VecDeque::new(),
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             next_stream: 1,
@@ -365,8 +365,7 @@ impl XdsClient {
             return self.unname_wildcard_resource(t, &name, authority);
         }
         if let Some(mut entry) = self.resources[t].remove(&name) {
-            let servers = &self.authorities[authority].servers;
-            entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
+            entry.disarm_timers(&mut self.timers, None);
         }
         let servers = self.authorities[authority].remove_resource();
         for server in servers {
@@ -402,12 +401,10 @@ impl XdsClient {
 
     /// Fires every timer due at `now`. An early call is a no-op.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(key) = self.timers.pop_expired(now) {
-            match key {
-                TimerKey::Reconnect(server) => self.ensure_stream(server),
-                TimerKey::DoesNotExist(server, t, name) => {
-                    self.on_resource_timer(server, t, &name, now)
-                }
+        while let Some(expired) = self.timers.pop_expired(now) {
+            match expired {
+                Expired::Reconnect(server) => self.ensure_stream(server),
+                Expired::Resources(due) => self.on_resource_timers(due, now),
             }
         }
     }

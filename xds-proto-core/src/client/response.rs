@@ -330,9 +330,7 @@ impl XdsClient {
                 "the active server's subscription names every watched resource it serves"
             );
             present_here += usize::from(named);
-            entry.disarm_timers(cx.t, &authority.servers, None, |key| {
-                self.timers.cancel(&key)
-            });
+            entry.disarm_timers(&mut self.timers, None);
             let update = match outcome {
                 Outcome::Invalid(message) => {
                     tracing::trace!(name = %entry.name, %message, "resource rejected");
@@ -382,9 +380,7 @@ impl XdsClient {
                 continue; // served by another server of its authority (A71)
             }
             tracing::trace!(name = %name, %status, "server reported an error");
-            entry.disarm_timers(cx.t, &authority.servers, None, |key| {
-                self.timers.cancel(&key)
-            });
+            entry.disarm_timers(&mut self.timers, None);
             let failure = UpdateFailure {
                 details: status.to_string(),
                 version: cx.version_info.clone(),

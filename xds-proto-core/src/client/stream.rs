@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use super::server::Request;
-use super::timer::TimerKey;
 use super::{Action, AdsRequest, DeltaRequest, ServerId, StreamId, TypeIdx, XdsClient};
 use crate::time::Instant;
 
@@ -23,10 +22,7 @@ impl XdsClient {
     /// backoff is pending.
     pub(super) fn ensure_stream(&mut self, server: usize) {
         let srv = &mut self.servers[server];
-        if srv.stream.is_some()
-            || !srv.has_subscriptions()
-            || self.timers.is_armed(&TimerKey::Reconnect(server))
-        {
+        if srv.stream.is_some() || !srv.has_subscriptions() || self.timers.reconnect_armed(server) {
             return;
         }
         let id = StreamId(self.next_stream);

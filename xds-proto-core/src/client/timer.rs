@@ -1,134 +1,259 @@
-//! Every deadline of the client in one table, keyed by purpose: the reconnect backoff
-//! of a server and the does-not-exist timer of a resource on one server.
+//! Every deadline of the client: the reconnect backoff of each server, and the
+//! does-not-exist timer of each resource on each server that serves it.
 //!
-//! Deadlines are ordered by (instant, arming sequence number), so arming one of the
-//! 10,000 timers a subscribing request starts costs integer comparisons, not name
-//! comparisons. Timers due at the same instant still fire in key order: the table
-//! takes all of them out together and sorts them before handing out the first.
+//! The few reconnect timers sit in an ordered set. The does-not-exist timers, armed
+//! by the ten thousand for one subscribing request and stopped by the ten thousand
+//! when its response arrives, sit in one queue per server: every timer of a server
+//! runs for the same timeout, so arming order is deadline order, arming is a push,
+//! and a timer is stopped through the ticket its resource entry keeps ([`ArmedTimers`])
+//! without a name lookup or a search. Timers due at the same instant fire in key
+//! order: reconnects by server first, then resources by (server, type, name), which
+//! the client sorts before firing them ([`Expired::Resources`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::TypeIdx;
-use crate::DetHashMap as HashMap;
+use super::cache::Slot;
 use crate::time::Instant;
 
-/// What a deadline is for.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) enum TimerKey {
-    /// The backoff of a server's next stream attempt.
+/// The arming number of a does-not-exist timer in its server's queue.
+pub(super) type Ticket = u64;
+
+/// What [`Timers::pop_expired`] found due.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Expired {
+    /// The backoff of a server's next stream attempt ran out.
     Reconnect(usize),
-    /// A resource's does-not-exist timer on one server: during fallback (A71) every
-    /// server in use times its own subscription.
-    DoesNotExist(usize, TypeIdx, Arc<str>),
+    /// Every does-not-exist timer due at one instant, as (server, type, where the
+    /// resource sits, ticket). A timer stopped meanwhile still holds its place here:
+    /// the client fires the ones its entries still hold the ticket of.
+    Resources(Vec<(usize, TypeIdx, Slot, Ticket)>),
 }
 
-/// The bit of `ResourceEntry::timed_on` for the server at `position` in its
-/// authority's list; the last bit stands for every position from 63 on.
-pub(super) fn timer_bit(position: usize) -> u64 {
-    1 << position.min(63)
-}
-
-/// One arming of a key: its deadline and the sequence number that tells it from an
-/// earlier arming of the same key at the same instant.
-type Slot = (Instant, u64);
-
-/// The deadlines, ordered for [`next_deadline`](Self::next_deadline) and indexed by key
-/// so that a key is armed at most once.
+/// The client's deadlines.
 #[derive(Debug, Default)]
-pub(super) struct TimerTable {
-    by_deadline: BTreeMap<Slot, TimerKey>,
-    by_key: HashMap<TimerKey, Slot>,
-    next_seq: u64,
-    /// The timers of the instant being fired, taken out of `by_deadline` and sorted
-    /// in reverse key order (the next to fire last). An entry whose key was cancelled
-    /// or re-armed since is skipped: `by_key` no longer holds its slot.
-    due: Vec<(TimerKey, Slot)>,
+pub(super) struct Timers {
+    reconnects: BTreeSet<(Instant, usize)>,
+    /// Each server's armed reconnect deadline, by server index.
+    reconnect_at: Vec<Option<Instant>>,
+    /// Each server's does-not-exist timers, by server index.
+    resources: Vec<ResourceQueue>,
 }
 
-impl TimerTable {
-    /// Arms `key` for `at`, replacing its earlier deadline.
-    pub(super) fn set(&mut self, key: TimerKey, at: Instant) {
-        // A timer armed for no later than the instant being fired must fire in key
-        // order among the rest of it: put the rest back to be sorted again.
-        if self
-            .due
-            .last()
-            .is_some_and(|(_, (due_at, _))| at <= *due_at)
-        {
-            self.return_due();
+impl Timers {
+    /// Arms `server`'s reconnect for `at`, replacing its earlier deadline.
+    pub(super) fn set_reconnect(&mut self, server: usize, at: Instant) {
+        self.cancel_reconnect(server);
+        if self.reconnect_at.len() <= server {
+            self.reconnect_at.resize(server + 1, None);
         }
-        let slot = (at, self.next_seq);
-        self.next_seq += 1;
-        if let Some(old) = self.by_key.insert(key.clone(), slot) {
-            self.by_deadline.remove(&old);
-        }
-        self.by_deadline.insert(slot, key);
+        self.reconnect_at[server] = Some(at);
+        self.reconnects.insert((at, server));
     }
 
-    pub(super) fn cancel(&mut self, key: &TimerKey) {
-        if let Some(old) = self.by_key.remove(key) {
-            self.by_deadline.remove(&old);
+    pub(super) fn cancel_reconnect(&mut self, server: usize) {
+        if let Some(at) = self.reconnect_at.get_mut(server).and_then(Option::take) {
+            self.reconnects.remove(&(at, server));
         }
     }
 
-    pub(super) fn is_armed(&self, key: &TimerKey) -> bool {
-        self.by_key.contains_key(key)
+    pub(super) fn reconnect_armed(&self, server: usize) -> bool {
+        self.reconnect_at.get(server).is_some_and(Option::is_some)
+    }
+
+    /// Arms a does-not-exist timer of `server` for `at`; the ticket stops it.
+    pub(super) fn arm_resource(
+        &mut self,
+        server: usize,
+        at: Instant,
+        t: TypeIdx,
+        slot: Slot,
+    ) -> Ticket {
+        if self.resources.len() <= server {
+            self.resources
+                .resize_with(server + 1, ResourceQueue::default);
+        }
+        self.resources[server].arm(at, t, slot)
+    }
+
+    /// Stops a does-not-exist timer (one already fired or stopped is ignored).
+    pub(super) fn cancel_resource(&mut self, server: usize, ticket: Ticket) {
+        if let Some(queue) = self.resources.get_mut(server) {
+            queue.cancel(ticket);
+        }
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        let due = self
-            .due
+        let reconnect = self.reconnects.first().map(|(at, _)| *at);
+        let resource = self
+            .resources
             .iter()
-            .rev()
-            .find(|(key, slot)| self.is_live(key, slot))
-            .map(|(_, (at, _))| *at);
-        let queued = self.by_deadline.first_key_value().map(|((at, _), _)| *at);
-        match (due, queued) {
+            .filter_map(ResourceQueue::next_deadline)
+            .min();
+        match (reconnect, resource) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    /// Disarms and returns the earliest key due at `now`; among keys due at the same
-    /// instant, the smallest first.
-    pub(super) fn pop_expired(&mut self, now: Instant) -> Option<TimerKey> {
-        loop {
-            while let Some((key, slot)) = self.due.pop() {
-                if slot.0 > now {
-                    self.due.push((key, slot)); // an earlier `now` than the firing's
-                    return None;
-                }
-                if self.is_live(&key, &slot) {
-                    self.by_key.remove(&key);
-                    return Some(key);
-                }
-            }
-            let (&(at, _), _) = self.by_deadline.first_key_value()?;
-            if at > now {
-                return None;
-            }
-            while let Some(entry) = self.by_deadline.first_entry()
-                && entry.key().0 == at
-            {
-                let slot = *entry.key();
-                self.due.push((entry.remove(), slot));
-            }
-            self.due.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    /// Disarms and returns what is due at `now`, earliest first: at one instant, the
+    /// reconnects (one at a time, by server) before the resources (all together).
+    pub(super) fn pop_expired(&mut self, now: Instant) -> Option<Expired> {
+        let at = self.next_deadline().filter(|at| *at <= now)?;
+        if let Some(&(first, server)) = self.reconnects.first()
+            && first == at
+        {
+            self.reconnects.pop_first();
+            self.reconnect_at[server] = None;
+            return Some(Expired::Reconnect(server));
+        }
+        let mut due = Vec::new();
+        for (server, queue) in self.resources.iter_mut().enumerate() {
+            queue.pop_due(at, |t, slot, ticket| due.push((server, t, slot, ticket)));
+        }
+        Some(Expired::Resources(due))
+    }
+}
+
+/// One armed does-not-exist timer.
+#[derive(Debug)]
+struct Armed {
+    ticket: Ticket,
+    at: Instant,
+    t: TypeIdx,
+    slot: Slot,
+    /// False once stopped: it stays in place until it reaches the front or the queue
+    /// is compacted.
+    live: bool,
+}
+
+/// One server's does-not-exist timers in arming (and so deadline) order. The front is
+/// always live; stopped timers behind it are dropped once they outnumber the live
+/// ones, so the queue holds at most about twice what is armed.
+#[derive(Debug, Default)]
+struct ResourceQueue {
+    items: VecDeque<Armed>,
+    next_ticket: Ticket,
+    live: usize,
+}
+
+/// Below this many entries, stopped timers are left for the front to drop.
+const COMPACT_FROM: usize = 1024;
+
+impl ResourceQueue {
+    fn arm(&mut self, at: Instant, t: TypeIdx, slot: Slot) -> Ticket {
+        // One timeout per server keeps arming order deadline order; a clock that ran
+        // backwards must not break it, so such a timer runs to the last deadline.
+        let at = self.items.back().map_or(at, |last| at.max(last.at));
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.items.push_back(Armed {
+            ticket,
+            at,
+            t,
+            slot,
+            live: true,
+        });
+        self.live += 1;
+        ticket
+    }
+
+    fn cancel(&mut self, ticket: Ticket) {
+        let Some(i) = self.position(ticket) else {
+            return;
+        };
+        if !std::mem::replace(&mut self.items[i].live, false) {
+            return;
+        }
+        self.live -= 1;
+        self.drop_stopped_front();
+        if self.items.len() >= COMPACT_FROM && self.items.len() > 2 * self.live {
+            self.items.retain(|a| a.live);
         }
     }
 
-    fn is_live(&self, key: &TimerKey, slot: &Slot) -> bool {
-        self.by_key.get(key) == Some(slot)
+    /// Where the timer of `ticket` sits: tickets rise along the queue, and until a
+    /// compaction each sits at its distance from the front's.
+    fn position(&self, ticket: Ticket) -> Option<usize> {
+        let first = self.items.front()?.ticket;
+        let guess = usize::try_from(ticket.checked_sub(first)?).ok()?;
+        if self.items.get(guess).is_some_and(|a| a.ticket == ticket) {
+            return Some(guess);
+        }
+        self.items.binary_search_by_key(&ticket, |a| a.ticket).ok()
     }
 
-    /// Puts the live timers of the instant being fired back among the others.
-    fn return_due(&mut self) {
-        for (key, slot) in std::mem::take(&mut self.due) {
-            if self.is_live(&key, &slot) {
-                self.by_deadline.insert(slot, key);
-            }
+    fn drop_stopped_front(&mut self) {
+        while self.items.front().is_some_and(|a| !a.live) {
+            self.items.pop_front();
         }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.items.front().map(|a| a.at)
+    }
+
+    /// Takes out every live timer due at `at`, the earliest deadline queued.
+    fn pop_due(&mut self, at: Instant, mut take: impl FnMut(TypeIdx, Slot, Ticket)) {
+        while let Some(front) = self.items.front()
+            && front.at <= at
+        {
+            if front.live {
+                take(front.t, front.slot, front.ticket);
+                self.live -= 1;
+            }
+            self.items.pop_front();
+        }
+        self.drop_stopped_front();
+    }
+}
+
+/// The does-not-exist timers armed for one resource: the ticket of each server's.
+/// The first sits inline (a resource is served by one server unless its authority is
+/// falling back), so arming one allocates nothing.
+#[derive(Debug, Default)]
+pub(super) struct ArmedTimers {
+    first: Option<(usize, Ticket)>,
+    more: Vec<(usize, Ticket)>,
+}
+
+impl ArmedTimers {
+    pub(super) fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub(super) fn ticket(&self, server: usize) -> Option<Ticket> {
+        self.first
+            .iter()
+            .chain(&self.more)
+            .find(|(s, _)| *s == server)
+            .map(|(_, ticket)| *ticket)
+    }
+
+    /// Records `server`'s timer (the caller has checked it has none).
+    pub(super) fn insert(&mut self, server: usize, ticket: Ticket) {
+        match self.first {
+            None => self.first = Some((server, ticket)),
+            Some(_) => self.more.push((server, ticket)),
+        }
+    }
+
+    /// Forgets `server`'s timer; returns its ticket.
+    pub(super) fn take(&mut self, server: usize) -> Option<Ticket> {
+        if let Some((s, ticket)) = self.first
+            && s == server
+        {
+            self.first = self.more.pop();
+            return Some(ticket);
+        }
+        let i = self.more.iter().position(|(s, _)| *s == server)?;
+        Some(self.more.swap_remove(i).1)
+    }
+
+    /// Forgets every timer; returns them as (server, ticket).
+    pub(super) fn take_all(&mut self) -> impl Iterator<Item = (usize, Ticket)> + use<> {
+        let first = self.first.take();
+        first.into_iter().chain(std::mem::take(&mut self.more))
     }
 }
 
@@ -136,146 +261,185 @@ impl TimerTable {
 mod tests {
     use super::*;
 
+    fn slot(i: u32) -> Slot {
+        Slot::for_test(i)
+    }
+
     #[test]
-    fn timer_table_orders_deadlines_and_replaces_keys() {
-        let mut t = TimerTable::default();
-        t.set(TimerKey::Reconnect(1), Instant::from_secs(5));
-        t.set(TimerKey::Reconnect(2), Instant::from_secs(3));
-        t.set(TimerKey::Reconnect(1), Instant::from_secs(1));
-        assert_eq!(t.next_deadline(), Some(Instant::from_secs(1)));
-        assert_eq!(
-            t.pop_expired(Instant::from_secs(2)),
-            Some(TimerKey::Reconnect(1))
-        );
-        assert_eq!(t.pop_expired(Instant::from_secs(2)), None);
-        t.cancel(&TimerKey::Reconnect(2));
+    fn reconnects_replace_their_deadline_and_fire_by_server_at_one_instant() {
+        let mut t = Timers::default();
+        t.set_reconnect(1, Instant::from_secs(5));
+        t.set_reconnect(2, Instant::from_secs(3));
+        t.set_reconnect(1, Instant::from_secs(3));
+        t.set_reconnect(0, Instant::from_secs(4));
+        assert_eq!(t.next_deadline(), Some(Instant::from_secs(3)));
+        let now = Instant::from_secs(3);
+        assert_eq!(t.pop_expired(now), Some(Expired::Reconnect(1)));
+        assert_eq!(t.pop_expired(now), Some(Expired::Reconnect(2)));
+        assert_eq!(t.pop_expired(now), None);
+        assert!(t.reconnect_armed(0) && !t.reconnect_armed(1));
+        t.cancel_reconnect(0);
         assert_eq!(t.next_deadline(), None);
     }
 
     #[test]
-    fn cancelling_some_keys_leaves_the_others_armed() {
-        let key = |i: usize| TimerKey::Reconnect(i);
-        for cancelled in [1usize, 9] {
-            let mut t = TimerTable::default();
-            for i in 0..10 {
-                t.set(key(i), Instant::from_secs(i as u64 + 1));
-            }
-            for i in 0..cancelled {
-                t.cancel(&key(i));
-            }
-            assert!((0..cancelled).all(|i| !t.is_armed(&key(i))));
-            assert!((cancelled..10).all(|i| t.is_armed(&key(i))));
-            assert_eq!(
-                t.next_deadline(),
-                Some(Instant::from_secs(cancelled as u64 + 1))
-            );
-        }
+    fn a_reconnect_fires_before_the_resources_due_at_its_instant() {
+        let mut t = Timers::default();
+        let first = t.arm_resource(1, Instant::from_secs(15), 0, slot(7));
+        let second = t.arm_resource(0, Instant::from_secs(15), 2, slot(3));
+        t.set_reconnect(4, Instant::from_secs(15));
+        let now = Instant::from_secs(20);
+        assert_eq!(t.pop_expired(now), Some(Expired::Reconnect(4)));
+        assert_eq!(
+            t.pop_expired(now),
+            Some(Expired::Resources(vec![
+                (0, 2, slot(3), second),
+                (1, 0, slot(7), first)
+            ]))
+        );
+        assert_eq!(t.pop_expired(now), None);
     }
 
     #[test]
-    fn timers_due_at_one_instant_fire_in_key_order_whatever_the_arming_order() {
-        let name = |n: &str| TimerKey::DoesNotExist(0, 0, Arc::from(n));
-        let mut t = TimerTable::default();
-        for n in ["c", "a", "d", "b"] {
-            t.set(name(n), Instant::from_secs(15));
-        }
-        t.set(TimerKey::Reconnect(3), Instant::from_secs(15));
-        t.set(name("0"), Instant::from_secs(16));
-        assert_eq!(
-            t.pop_expired(Instant::from_secs(15)),
-            Some(TimerKey::Reconnect(3))
-        );
-        assert_eq!(t.pop_expired(Instant::from_secs(15)), Some(name("a")));
-        // Mid-firing: "c" cancelled, "b" re-armed later, "aa" armed for the same instant.
-        t.cancel(&name("c"));
-        t.set(name("b"), Instant::from_secs(20));
-        t.set(name("aa"), Instant::from_secs(15));
-        assert_eq!(t.next_deadline(), Some(Instant::from_secs(15)));
-        assert_eq!(t.pop_expired(Instant::from_secs(15)), Some(name("aa")));
-        assert_eq!(t.pop_expired(Instant::from_secs(15)), Some(name("d")));
-        assert_eq!(t.pop_expired(Instant::from_secs(15)), None);
-        assert_eq!(t.next_deadline(), Some(Instant::from_secs(16)));
-        assert!(t.is_armed(&name("b")) && !t.is_armed(&name("c")));
+    fn armed_timers_keep_one_ticket_per_server() {
+        let mut armed = ArmedTimers::default();
+        assert!(armed.is_empty());
+        armed.insert(3, 30);
+        armed.insert(5, 50);
+        armed.insert(1, 10);
+        assert_eq!(armed.ticket(5), Some(50));
+        assert_eq!(armed.take(3), Some(30));
+        assert_eq!(armed.take(3), None);
+        assert!(!armed.is_empty());
+        assert_eq!((armed.ticket(1), armed.ticket(5)), (Some(10), Some(50)));
+        let mut all: Vec<_> = armed.take_all().collect();
+        all.sort();
+        assert_eq!(all, [(1, 10), (5, 50)]);
+        assert!(armed.is_empty() && armed.ticket(1).is_none());
     }
 
-    /// One step of the property below: arm (key, seconds), cancel a key, or fire what
-    /// is due at a time.
+    #[test]
+    fn stopped_timers_do_not_pile_up() {
+        let mut t = Timers::default();
+        let tickets: Vec<_> = (0..10_000)
+            .map(|i| t.arm_resource(0, Instant::from_secs(15), 0, slot(i)))
+            .collect();
+        // The first stays armed; every other one is stopped, from the back.
+        for ticket in tickets[1..].iter().rev() {
+            t.cancel_resource(0, *ticket);
+        }
+        let queue = &t.resources[0];
+        assert_eq!(queue.live, 1);
+        assert!(
+            queue.items.len() < COMPACT_FROM,
+            "{} entries",
+            queue.items.len()
+        );
+        // A compacted queue still finds its tickets.
+        let late = t.arm_resource(0, Instant::from_secs(16), 0, slot(1));
+        t.cancel_resource(0, tickets[0]);
+        assert_eq!(t.next_deadline(), Some(Instant::from_secs(16)));
+        t.cancel_resource(0, late);
+        assert_eq!(t.next_deadline(), None);
+    }
+
+    /// One step of the property below.
     #[derive(Clone, Debug)]
     enum Op {
-        Set(u8, u8),
-        Cancel(u8),
+        /// Arm a resource timer of server (0..3) for (the last instant + 0..3 s).
+        Arm(u8, u8),
+        /// Stop the n-th timer armed (if it still runs).
+        Stop(u8),
+        /// Arm (or re-arm) a server's reconnect for 0..8 s.
+        Reconnect(u8, u8),
+        CancelReconnect(u8),
+        /// Fire what is due at 0..40 s.
         Fire(u8),
     }
 
     impl quickcheck::Arbitrary for Op {
         fn arbitrary(g: &mut quickcheck::Gen) -> Op {
-            let (k, at) = (u8::arbitrary(g) % 12, u8::arbitrary(g) % 8);
-            match u8::arbitrary(g) % 4 {
-                0 | 1 => Op::Set(k, at),
-                2 => Op::Cancel(k),
-                _ => Op::Fire(at),
+            let (a, b) = (u8::arbitrary(g), u8::arbitrary(g));
+            match u8::arbitrary(g) % 8 {
+                0..3 => Op::Arm(a % 3, b % 3),
+                3 | 4 => Op::Stop(a),
+                5 => Op::Reconnect(a % 3, b % 8),
+                6 => Op::CancelReconnect(a % 3),
+                _ => Op::Fire(a % 40),
             }
         }
     }
 
-    fn key_of(k: u8) -> TimerKey {
-        match k {
-            0..3 => TimerKey::Reconnect(k as usize),
-            _ => TimerKey::DoesNotExist(k as usize % 2, 0, Arc::from(format!("n{}", k % 5))),
-        }
-    }
+    /// What is armed, in the simplest correct form: an ordered set of (deadline,
+    /// kind, server, ticket), where kind 0 is a reconnect and 1 a resource timer.
+    type Model = std::collections::BTreeSet<(Instant, u8, usize, u64)>;
 
     quickcheck::quickcheck! {
-        /// The table behaves as one ordered set of (deadline, key), the simplest
-        /// correct table: the same keys fire in the same order, and the same
-        /// deadline is reported next. A firing is interleaved with arming and
-        /// cancelling, as the client's timer handlers do.
-        fn behaves_as_an_ordered_set_of_deadlines_and_keys(ops: Vec<Op>) -> bool {
-            let mut table = TimerTable::default();
-            let mut model: std::collections::BTreeSet<(Instant, TimerKey)> = Default::default();
-            let model_cancel = |model: &mut std::collections::BTreeSet<(Instant, TimerKey)>, key: &TimerKey| {
-                model.retain(|(_, k)| k != key);
-            };
-            let mut ops = ops.into_iter().peekable();
-            while let Some(op) = ops.next() {
+        /// The timers behave as one ordered set: the same deadline is reported next,
+        /// reconnects fire one at a time, and each instant's resource timers come out
+        /// together, none stopped, none lost. Per server, arming instants only rise,
+        /// as a monotonic clock and one timeout per server make them.
+        fn behaves_as_an_ordered_set_of_deadlines(ops: Vec<Op>) -> bool {
+            let mut timers = Timers::default();
+            let mut model = Model::new();
+            let mut armed: Vec<(usize, Ticket, Instant)> = Vec::new();
+            let mut last_at = [0u64; 3];
+            for op in ops {
                 match op {
-                    Op::Set(k, at) => {
-                        let at = Instant::from_secs(at.into());
-                        model_cancel(&mut model, &key_of(k));
-                        model.insert((at, key_of(k)));
-                        table.set(key_of(k), at);
+                    Op::Arm(server, step) => {
+                        let s = usize::from(server);
+                        last_at[s] += u64::from(step);
+                        let at = Instant::from_secs(last_at[s]);
+                        let ticket = timers.arm_resource(s, at, 0, slot(armed.len() as u32));
+                        model.insert((at, 1, s, ticket));
+                        armed.push((s, ticket, at));
                     }
-                    Op::Cancel(k) => {
-                        model_cancel(&mut model, &key_of(k));
-                        table.cancel(&key_of(k));
+                    Op::Stop(n) => {
+                        if let Some(&(s, ticket, at)) = armed.get(usize::from(n)) {
+                            model.remove(&(at, 1, s, ticket));
+                            timers.cancel_resource(s, ticket);
+                        }
                     }
-                    Op::Fire(now) => {
-                        let now = Instant::from_secs(now.into());
-                        loop {
-                            let expected = model.first().filter(|(at, _)| *at <= now).cloned();
-                            if let Some(e) = &expected {
-                                model.remove(e);
-                            }
-                            if table.pop_expired(now) != expected.as_ref().map(|(_, k)| k.clone()) {
+                    Op::Reconnect(server, secs) => {
+                        let s = usize::from(server);
+                        model.retain(|&(_, kind, m, _)| !(kind == 0 && m == s));
+                        model.insert((Instant::from_secs(secs.into()), 0, s, 0));
+                        timers.set_reconnect(s, Instant::from_secs(secs.into()));
+                    }
+                    Op::CancelReconnect(server) => {
+                        let s = usize::from(server);
+                        model.retain(|&(_, kind, m, _)| !(kind == 0 && m == s));
+                        timers.cancel_reconnect(s);
+                    }
+                    Op::Fire(secs) => {
+                        let now = Instant::from_secs(secs.into());
+                        while let Some(expired) = timers.pop_expired(now) {
+                            let Some(&(at, kind, s, _)) = model.first() else {
+                                return false;
+                            };
+                            let expected = if kind == 0 {
+                                model.pop_first();
+                                Expired::Reconnect(s)
+                            } else {
+                                let due: Vec<_> = model.iter().filter(|e| e.0 == at).copied().collect();
+                                due.iter().for_each(|e| { model.remove(e); });
+                                let mut due: Vec<_> = due.into_iter().map(|(_, _, s, ticket)| {
+                                    let n = armed.iter().position(|a| a.0 == s && a.1 == ticket).unwrap();
+                                    (s, 0, slot(n as u32), ticket)
+                                }).collect();
+                                due.sort_by_key(|d| (d.0, d.3));
+                                Expired::Resources(due)
+                            };
+                            if at > now || expired != expected {
                                 return false;
                             }
-                            if expected.is_none() {
-                                break;
-                            }
-                            // The next op runs inside this firing, as a handler would.
-                            if let Some(Op::Set(..) | Op::Cancel(_)) = ops.peek() {
-                                break;
-                            }
+                        }
+                        if model.first().is_some_and(|e| e.0 <= now) {
+                            return false;
                         }
                     }
                 }
-                if table.next_deadline() != model.first().map(|(at, _)| *at) {
-                    return false;
-                }
-                let armed = (0..12).all(|k| {
-                    table.is_armed(&key_of(k)) == model.iter().any(|(_, m)| *m == key_of(k))
-                });
-                if !armed {
+                if timers.next_deadline() != model.first().map(|e| e.0) {
                     return false;
                 }
             }

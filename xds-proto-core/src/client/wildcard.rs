@@ -120,8 +120,7 @@ impl XdsClient {
         }
         for name in orphans {
             if let Some(mut entry) = table.remove(&name) {
-                let servers = &self.authorities[entry.authority].servers;
-                entry.disarm_timers(t, servers, None, |key| self.timers.cancel(&key));
+                entry.disarm_timers(&mut self.timers, None);
             }
         }
     }
