@@ -388,7 +388,7 @@ impl Slot {
 /// [`Slot`], so applying an unchanged SotW resend hashes no names.
 #[derive(Debug, Default)]
 pub(super) struct ResourceTable {
-    slots: Vec<(u32, Option<ResourceEntry>)>,
+    slots: Chunks,
     free: Vec<u32>,
     by_name: HashMap<Arc<str>, u32>,
 }
@@ -398,23 +398,23 @@ impl ResourceTable {
         let index = *self.by_name.get(name)?;
         Some(Slot {
             index,
-            generation: self.slots[index as usize].0,
+            generation: self.slots.at(index).0,
         })
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&ResourceEntry> {
         let index = *self.by_name.get(name)?;
-        self.slots[index as usize].1.as_ref()
+        self.slots.at(index).1.as_ref()
     }
 
     pub(super) fn get_mut(&mut self, name: &str) -> Option<&mut ResourceEntry> {
         let index = *self.by_name.get(name)?;
-        self.slots[index as usize].1.as_mut()
+        self.slots.at_mut(index).1.as_mut()
     }
 
     /// The entry at `slot`, if it still holds the resource the slot was taken for.
     pub(super) fn at_mut(&mut self, slot: Slot) -> Option<&mut ResourceEntry> {
-        match self.slots.get_mut(slot.index as usize) {
+        match self.slots.get_mut(slot.index) {
             Some((generation, entry)) if *generation == slot.generation => entry.as_mut(),
             _ => None,
         }
@@ -429,21 +429,17 @@ impl ResourceTable {
         let name = entry.name.clone();
         let index = match self.free.pop() {
             Some(index) => {
-                self.slots[index as usize].1 = Some(entry);
+                self.slots.at_mut(index).1 = Some(entry);
                 index
             }
-            None => {
-                let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 resources");
-                self.slots.push((0, Some(entry)));
-                index
-            }
+            None => self.slots.push((0, Some(entry))),
         };
         self.by_name.insert(name, index);
     }
 
     pub(super) fn remove(&mut self, name: &str) -> Option<ResourceEntry> {
         let index = self.by_name.remove(name)?;
-        let (generation, entry) = &mut self.slots[index as usize];
+        let (generation, entry) = self.slots.at_mut(index);
         *generation = generation.wrapping_add(1);
         self.free.push(index);
         entry.take()
@@ -455,5 +451,92 @@ impl ResourceTable {
 
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut ResourceEntry> {
         self.slots.iter_mut().filter_map(|(_, e)| e.as_mut())
+    }
+}
+
+/// A table's slots (generation, entry) in chunks of a fixed size: growing never moves
+/// an entry. An entry is some 450 bytes; doubling one vector of ten thousand copied
+/// megabytes and touched twice the memory it kept.
+#[derive(Debug, Default)]
+struct Chunks {
+    chunks: Vec<Vec<(u32, Option<ResourceEntry>)>>,
+}
+
+const CHUNK: usize = 256;
+
+impl Chunks {
+    fn get_mut(&mut self, index: u32) -> Option<&mut (u32, Option<ResourceEntry>)> {
+        let i = index as usize;
+        self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
+    }
+
+    /// The slot at `index`, which the table's name index or free list handed out.
+    fn at(&self, index: u32) -> &(u32, Option<ResourceEntry>) {
+        let i = index as usize;
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
+
+    fn at_mut(&mut self, index: u32) -> &mut (u32, Option<ResourceEntry>) {
+        let i = index as usize;
+        &mut self.chunks[i / CHUNK][i % CHUNK]
+    }
+
+    /// Appends a slot; returns its index.
+    fn push(&mut self, slot: (u32, Option<ResourceEntry>)) -> u32 {
+        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        let full = (self.chunks.len() - 1) * CHUNK;
+        let last = self.chunks.last_mut().expect("a chunk was just ensured");
+        last.push(slot);
+        u32::try_from(full + last.len() - 1).expect("fewer than 2^32 resources")
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(u32, Option<ResourceEntry>)> {
+        self.chunks.iter().flatten()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut (u32, Option<ResourceEntry>)> {
+        self.chunks.iter_mut().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(i: usize) -> ResourceEntry {
+        ResourceEntry::new(Arc::from(format!("r{i}")), 0, WatcherId(i as u64))
+    }
+
+    #[test]
+    fn slots_across_chunks_keep_their_entries_and_refuse_stale_handles() {
+        let mut table = ResourceTable::default();
+        let n = 3 * CHUNK + 5;
+        for i in 0..n {
+            table.insert(entry(i));
+        }
+        let slots: Vec<Slot> = (0..n)
+            .map(|i| table.slot_of(&format!("r{i}")).expect("inserted"))
+            .collect();
+        for (i, slot) in slots.iter().enumerate() {
+            assert_eq!(&*table.at_mut(*slot).expect("live").name, format!("r{i}"));
+        }
+        // Freed slots are reused by new names; the old handles no longer reach them.
+        let gone = [0, CHUNK - 1, CHUNK, 2 * CHUNK + 7];
+        for i in gone {
+            assert!(table.remove(&format!("r{i}")).is_some());
+        }
+        for i in 0..gone.len() {
+            table.insert(entry(n + i));
+        }
+        for i in gone {
+            assert!(table.at_mut(slots[i]).is_none(), "r{i}'s handle is stale");
+            assert!(table.get(&format!("r{i}")).is_none());
+        }
+        assert_eq!(table.values().count(), n);
+        let reused = table.slot_of(&format!("r{n}")).expect("inserted");
+        assert!(gone.iter().any(|&i| slots[i].index == reused.index));
+        assert_eq!(table.slots.chunks.len(), 4, "no chunk added for reused slots");
     }
 }
