@@ -10,7 +10,6 @@
 //! back by HTTP/2 flow control; watch streams keep only the newest state
 //! ([`WatchSender`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -32,6 +31,9 @@ use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::stream_tasks::{ReportEvent, StreamTasks};
 use crate::transport::TransportSettings;
 use crate::watch::{WatchKey, WatchSender};
+
+/// The driver's maps: a fixed, fast hash (the keys are counters the driver hands out).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
 /// How many responses may wait between the stream tasks and the driver (plus one per
 /// stream task, which futures' bounded channel guarantees each sender). A stream task
@@ -113,8 +115,8 @@ impl<R: Runtime> Driver<R> {
             commands,
             reports,
             inbound,
-            watchers: HashMap::new(),
-            watch_keys: HashMap::new(),
+            watchers: HashMap::default(),
+            watch_keys: HashMap::default(),
             configs: ConfigWatches::new(),
             subscribers: Vec::new(),
             sleep: None,

@@ -537,6 +537,10 @@ mod tests {
         assert_eq!(table.values().count(), n);
         let reused = table.slot_of(&format!("r{n}")).expect("inserted");
         assert!(gone.iter().any(|&i| slots[i].index == reused.index));
-        assert_eq!(table.slots.chunks.len(), 4, "no chunk added for reused slots");
+        assert_eq!(
+            table.slots.chunks.len(),
+            4,
+            "no chunk added for reused slots"
+        );
     }
 }

@@ -331,7 +331,8 @@ impl XdsClient {
                 event: WatchEvent::Changed(Err(err)),
             }));
         }
-        for server in self.authorities[authority].in_use().to_vec() {
+        for i in 0..self.authorities[authority].in_use().len() {
+            let server = self.authorities[authority].in_use()[i];
             if self.servers[server].subscribe(t, &name) {
                 self.subscription_changed(server, t);
             }
