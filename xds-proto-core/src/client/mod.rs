@@ -21,6 +21,7 @@
 //! - `timer`: every deadline (reconnects, and per-server queues of does-not-exist timers);
 //! - `cache`: the resource tables and entries (fill, fail, notify, timers armed);
 //! - `server`: a server's subscriptions and its stream's state, building requests;
+//!   `subscription`: one type's subscribed names on one server, and their sorted list;
 //! - `stream`: opening streams, emitting requests, request-sent and connected;
 //! - `response`: decoding and applying a response (ACK/NACK, TP3 errors, deletions);
 //! - `failure`: A57 connectivity failures, backoff and the does-not-exist timer;
@@ -44,6 +45,7 @@ mod response;
 mod server;
 mod status;
 mod stream;
+mod subscription;
 #[cfg(test)]
 mod tests;
 mod timer;

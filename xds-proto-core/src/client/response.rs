@@ -408,10 +408,11 @@ impl XdsClient {
         present_here: usize,
         server_errors: &[(Arc<str>, Status)],
     ) {
-        let subscription = &self.servers[cx.server].types[cx.t].subscribed;
+        let subscription = &mut self.servers[cx.server].types[cx.t].subscribed;
         if present_here >= subscription.len() {
             return;
         }
+        let subscription = subscription.names();
         let table = &mut self.resources[cx.t];
         let missing: Vec<Arc<str>> = subscription
             .iter()

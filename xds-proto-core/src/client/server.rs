@@ -4,10 +4,11 @@
 //! flight). Building the next request is theirs (the delta one in `delta.rs`); the
 //! client decides when.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::cache::Slot;
+use super::subscription::Subscription;
 use super::{AdsRequest, Code, DeltaRequest, StreamId, TypeIdx, XdsError};
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::bootstrap::ServerConfig;
@@ -20,9 +21,7 @@ pub(super) struct ServerTypeState {
     /// The last accepted `version_info` of this type from this server.
     pub(super) version: String,
     /// The names subscribed on this server.
-    pub(super) subscribed: BTreeSet<Arc<str>>,
-    /// `subscribed` as the requests carry it, built when first needed after a change.
-    pub(super) names: Option<Arc<[Arc<str>]>>,
+    pub(super) subscribed: Subscription,
     /// The watched resources of the last response by position (`None` where one was
     /// rejected or not watched), to recognise unchanged resources of a SotW resend
     /// without decoding or hashing their names.
@@ -203,10 +202,9 @@ impl ServerState {
     /// Adds `name` to the subscription of type `t`; returns whether it is new. A new
     /// name is remembered for the stream's next request, which subscribes it.
     pub(super) fn subscribe(&mut self, t: TypeIdx, name: &Arc<str>) -> bool {
-        if !self.types[t].subscribed.insert(name.clone()) {
+        if !self.types[t].subscribed.insert(name) {
             return false;
         }
-        self.types[t].names = None;
         if let Some(stream) = &mut self.stream {
             let ts = &mut stream.types[t];
             ts.new_names.push(name.clone());
@@ -229,7 +227,6 @@ impl ServerState {
         if !self.types[t].subscribed.remove(name) {
             return;
         }
-        self.types[t].names = None;
         let delta = self.config.is_delta();
         if let Some(stream) = &mut self.stream {
             let ts = &mut stream.types[t];
@@ -257,9 +254,9 @@ impl ServerState {
     /// Opens a stream `id` whose first requests subscribe every subscribed name.
     pub(super) fn open_stream(&mut self, id: StreamId, types: usize) {
         let mut stream = StreamState::new(id, types);
-        for (t, ts) in self.types.iter().enumerate() {
+        for (t, ts) in self.types.iter_mut().enumerate() {
             if !ts.subscribed.is_empty() {
-                stream.types[t].new_names = ts.subscribed.iter().cloned().collect();
+                stream.types[t].new_names = ts.subscribed.names().to_vec();
                 stream.mark_dirty(t);
             }
         }
@@ -330,10 +327,7 @@ impl ServerState {
                 details: Vec::new(),
             });
         let sts = &mut self.types[t];
-        let resource_names = sts
-            .names
-            .get_or_insert_with(|| sts.subscribed.iter().cloned().collect())
-            .clone();
+        let resource_names = sts.subscribed.names();
         let request = AdsRequest {
             version_info: sts.version.clone(),
             node: (!stream.sent_node).then(|| node.clone()),
