@@ -129,11 +129,11 @@ impl XdsClient {
                 config.server_uri
             );
             let version = self.servers[server].types[t].version.to_string();
-            entry.does_not_exist = Some(UpdateFailure {
+            entry.does_not_exist = Some(Box::new(UpdateFailure {
                 details: why.clone(),
                 version,
                 at: now,
-            });
+            }));
             XdsError::does_not_exist(type_url, name, &why)
         };
         entry.fail(&mut self.actions, type_url, error, false);
