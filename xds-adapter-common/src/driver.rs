@@ -138,8 +138,11 @@ impl<R: Runtime> Driver<R> {
                     let now = self.rt.now();
                     self.on_task_message(message, now)
                 }
-                Input::Command(Command::Shutdown(reply)) => break Some(reply),
-                Input::Command(command) => self.on_command(command),
+                Input::Command(command) => {
+                    if let Some(reply) = self.on_commands(command) {
+                        break Some(reply);
+                    }
+                }
                 Input::Released(id) => self.configs.on_released(&mut self.core, id),
                 Input::Timer(deadline) => {
                     self.sleep = None;
@@ -208,6 +211,21 @@ impl<R: Runtime> Driver<R> {
 
     fn publish(&mut self, event: ChannelEvent) {
         self.subscribers.retain(|s| s.send(&event));
+    }
+
+    /// Takes `first` and every command already queued behind it, actions left to drain
+    /// once after them all (a burst of 20,000 watches would otherwise drain and re-arm
+    /// the timer 20,000 times). Returns a shutdown's reply, which ends the loop.
+    fn on_commands(&mut self, first: Command) -> Option<oneshot::Sender<()>> {
+        let mut next = Some(first);
+        while let Some(command) = next {
+            if let Command::Shutdown(reply) = command {
+                return Some(reply);
+            }
+            self.on_command(command);
+            next = self.commands.try_recv().ok();
+        }
+        None
     }
 
     fn on_command(&mut self, command: Command) {
