@@ -414,11 +414,13 @@ impl<R> Client<R> {
         self.inner.checker.check::<T>(name)?;
         let events = Arc::new(WatchSlot::default());
         let key = WatchKey(self.inner.next_watch.fetch_add(1, Ordering::Relaxed));
+        // One copy of the name, shared by the command and the stream.
+        let name: Arc<str> = Arc::from(name);
         self.send(Command::Watch {
             key,
             type_url: T::TYPE_URL,
             watch: XdsClient::watch::<T>,
-            name: name.to_string(),
+            name: name.clone(),
             events: WatchSender::new(events.clone()),
         })?;
         Ok(WatchStream::new(RawWatchStream::new(

@@ -49,7 +49,7 @@ pub(crate) enum Command {
         type_url: &'static str,
         /// `XdsClient::watch::<T>` of the watched type.
         watch: fn(&mut XdsClient, &str) -> Result<WatcherId, WatchError>,
-        name: String,
+        name: Arc<str>,
         events: WatchSender,
     },
     Cancel(WatchKey),

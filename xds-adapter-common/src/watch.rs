@@ -194,7 +194,7 @@ pub struct RawWatchStream {
     events: Arc<WatchSlot>,
     client: Arc<Inner>,
     key: WatchKey,
-    type_url: Arc<str>,
+    type_url: &'static str,
     name: Arc<str>,
 }
 
@@ -203,21 +203,21 @@ impl RawWatchStream {
         events: Arc<WatchSlot>,
         client: Arc<Inner>,
         key: WatchKey,
-        type_url: &str,
-        name: &str,
+        type_url: &'static str,
+        name: Arc<str>,
     ) -> RawWatchStream {
         RawWatchStream {
             events,
             client,
             key,
-            type_url: Arc::from(type_url),
-            name: Arc::from(name),
+            type_url,
+            name,
         }
     }
 
     /// The watched resource's type URL.
     pub fn type_url(&self) -> &str {
-        &self.type_url
+        self.type_url
     }
 
     /// The watched resource's name.
