@@ -73,6 +73,10 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
         };
         responses += 1;
         bytes += response.encoded_len();
+        if let Some(dir) = std::env::var_os("XDS_E2E_DUMP") {
+            let path = std::path::Path::new(&dir).join(format!("response-{responses}.pb"));
+            std::fs::write(path, response.encode_to_vec()).expect("dump");
+        }
         timeline.push((start.elapsed(), response.encoded_len()));
         held.insert(response.type_url.clone(), response.resources.len());
         let names = subscriptions

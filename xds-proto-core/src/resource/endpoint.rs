@@ -129,16 +129,27 @@ pub fn decode(bytes: &[u8]) -> Result<(String, EndpointsResource), DecodeError> 
     Ok((name, value))
 }
 
-/// The addresses seen so far in one assignment, to reject duplicates. IPv4 ones are kept
-/// packed in a `u64`, a quarter of a `SocketAddr`.
-struct AddressSet {
-    v4: HashSet<u64, foldhash::fast::FixedState>,
-    v6: HashSet<SocketAddrV6, foldhash::fast::FixedState>,
+/// The addresses seen so far in one assignment, to reject duplicates: a few in a
+/// vector (most assignments hold one to a handful, and a hash set for each of 10,000
+/// was an allocation and a hashing per address), many in hash sets, IPv4 ones packed in
+/// a `u64`, a quarter of a `SocketAddr`.
+enum AddressSet {
+    Few(Vec<SocketAddr>),
+    Many {
+        v4: HashSet<u64, foldhash::fast::FixedState>,
+        v6: HashSet<SocketAddrV6, foldhash::fast::FixedState>,
+    },
 }
+
+/// Up to this many addresses, a linear search beats hashing.
+const FEW_ADDRESSES: usize = 16;
 
 impl AddressSet {
     fn with_capacity(capacity: usize) -> AddressSet {
-        AddressSet {
+        if capacity <= FEW_ADDRESSES {
+            return AddressSet::Few(Vec::with_capacity(capacity));
+        }
+        AddressSet::Many {
             v4: HashSet::with_capacity_and_hasher(capacity, Default::default()),
             v6: HashSet::default(),
         }
@@ -146,11 +157,29 @@ impl AddressSet {
 
     /// Adds `address`; false if it was already there.
     fn insert(&mut self, address: SocketAddr) -> bool {
-        match address {
-            SocketAddr::V4(a) => self
-                .v4
-                .insert((u64::from(a.ip().to_bits()) << 16) | u64::from(a.port())),
-            SocketAddr::V6(a) => self.v6.insert(a),
+        match self {
+            AddressSet::Few(seen) if seen.len() < 2 * FEW_ADDRESSES => {
+                if seen.contains(&address) {
+                    return false;
+                }
+                seen.push(address);
+                true
+            }
+            AddressSet::Few(seen) => {
+                // More additional addresses than expected: switch to the sets.
+                let mut many = AddressSet::with_capacity(4 * FEW_ADDRESSES);
+                for a in seen.drain(..) {
+                    many.insert(a);
+                }
+                *self = many;
+                self.insert(address)
+            }
+            AddressSet::Many { v4, v6 } => match address {
+                SocketAddr::V4(a) => {
+                    v4.insert((u64::from(a.ip().to_bits()) << 16) | u64::from(a.port()))
+                }
+                SocketAddr::V6(a) => v6.insert(a),
+            },
         }
     }
 }

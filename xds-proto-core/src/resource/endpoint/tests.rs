@@ -391,6 +391,54 @@ fn duplicate_addresses_are_rejected() {
 }
 
 #[test]
+fn duplicates_are_found_at_every_size_of_the_address_set() {
+    // A few endpoints are checked in a vector, many in hash sets, and a few endpoints
+    // with many additional addresses move from one to the other midway.
+    let port = |i: usize| Some(PortSpecifier::PortValue(1000 + i as u32));
+    for (endpoints, extra) in [(1, 0), (2, 0), (16, 0), (17, 0), (1, 40), (3, 20), (40, 1)] {
+        let eps = |duplicate: bool| -> Vec<endpoint_pb::LbEndpoint> {
+            (0..endpoints)
+                .map(|e| {
+                    let mut ep = lb_endpoint(&format!("10.0.{e}.1"), 80);
+                    if let Some(endpoint_pb::lb_endpoint::HostIdentifier::Endpoint(inner)) =
+                        &mut ep.host_identifier
+                    {
+                        inner.additional_addresses = (0..extra)
+                            .map(|i| endpoint_pb::endpoint::AdditionalAddress {
+                                address: Some(address(&format!("10.1.{e}.1"), port(i))),
+                            })
+                            .collect();
+                        if duplicate && e == endpoints - 1 {
+                            // The last address repeats the first endpoint's.
+                            inner.additional_addresses.push(
+                                endpoint_pb::endpoint::AdditionalAddress {
+                                    address: Some(address(
+                                        "10.0.0.1",
+                                        Some(PortSpecifier::PortValue(80)),
+                                    )),
+                                },
+                            );
+                        }
+                    }
+                    ep
+                })
+                .collect()
+        };
+        let total = endpoints * (1 + extra);
+        let valid = decode_cla(&cla(vec![locality("a", Some(1), 0, eps(false))]));
+        assert!(valid.is_ok(), "{endpoints} x {extra}: {valid:?}");
+        assert_eq!(
+            err(&cla(vec![locality("a", Some(1), 0, eps(true))])),
+            format!(
+                "endpoints[0].lb_endpoints[{}]: duplicate endpoint address 10.0.0.1:80",
+                endpoints - 1
+            ),
+            "{endpoints} endpoints x {extra} extra ({total} addresses)"
+        );
+    }
+}
+
+#[test]
 fn drop_overloads() {
     use type_pb::fractional_percent::DenominatorType as D;
     let with_drops = |drops: Vec<DropPb>| endpoint_pb::ClusterLoadAssignment {
