@@ -311,9 +311,6 @@ impl XdsClient {
     pub(super) fn apply_items(&mut self, cx: &ResponseContext, decoded: &mut Decoded) -> usize {
         let items = std::mem::take(&mut decoded.items);
         let versions = std::mem::take(&mut decoded.versions);
-        // About one notification an item: grown once, not by doubling (an action is
-        // 88 bytes; 10,000 copied megabytes).
-        self.actions.reserve(items.len());
         let table = &mut self.resources[cx.t];
         let mut present_here = 0usize;
         for (k, (slot, outcome)) in items.into_iter().enumerate() {

@@ -140,6 +140,9 @@ struct ResourceQueue {
 /// Below this many entries, stopped timers are left for the front to drop.
 const COMPACT_FROM: usize = 1024;
 
+/// An empty queue keeps up to this much room for the next timers.
+const SHRINK_ABOVE: usize = 256;
+
 impl ResourceQueue {
     fn arm(&mut self, at: Instant, t: TypeIdx, slot: Slot) -> Ticket {
         // One timeout per server keeps arming order deadline order; a clock that ran
@@ -186,6 +189,11 @@ impl ResourceQueue {
     fn drop_stopped_front(&mut self) {
         while self.items.front().is_some_and(|a| !a.live) {
             self.items.pop_front();
+        }
+        // Every timer of a large subscription stopped or fired: give the room back
+        // (kept, 10,000 timers would hold 400 KB for good).
+        if self.items.is_empty() && self.items.capacity() > SHRINK_ABOVE {
+            self.items = VecDeque::new();
         }
     }
 
@@ -341,6 +349,8 @@ mod tests {
         assert_eq!(t.next_deadline(), Some(Instant::from_secs(16)));
         t.cancel_resource(0, late);
         assert_eq!(t.next_deadline(), None);
+        // Nothing armed: the room 10,000 timers took is given back.
+        assert!(t.resources[0].items.capacity() <= SHRINK_ABOVE);
     }
 
     /// One step of the property below.
