@@ -196,10 +196,9 @@ impl<R: Runtime> Driver<R> {
     /// Keeps one sleep armed for the earlier of the core's next deadline and the next
     /// metrics export.
     fn arm_timer(&mut self) {
-        let deadline = match (self.core.poll_timeout(), self.metrics.next_export()) {
-            (Some(core), Some(export)) => Some(core.min(export)),
-            (core, export) => core.or(export),
-        };
+        let deadline = (self.core.poll_timeout().into_iter())
+            .chain(self.metrics.next_export())
+            .min();
         if self.sleep.as_ref().map(|(d, _)| *d) == deadline {
             return;
         }

@@ -25,8 +25,8 @@ pub(super) enum Expired {
     /// The backoff of a server's next stream attempt ran out.
     Reconnect(usize),
     /// Every does-not-exist timer due at one instant, as (server, type, where the
-    /// resource sits, ticket). A timer stopped meanwhile still holds its place here:
-    /// the client fires the ones its entries still hold the ticket of.
+    /// resource sits, ticket). Firing one may stop another of them (one verdict per
+    /// resource), so the client fires each only while its entry still holds the ticket.
     Resources(Vec<(usize, TypeIdx, Slot, Ticket)>),
 }
 
@@ -85,15 +85,11 @@ impl Timers {
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let reconnect = self.reconnects.first().map(|(at, _)| *at);
-        let resource = self
+        let resources = self
             .resources
             .iter()
-            .filter_map(ResourceQueue::next_deadline)
-            .min();
-        match (reconnect, resource) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            .filter_map(ResourceQueue::next_deadline);
+        reconnect.into_iter().chain(resources).min()
     }
 
     /// Disarms and returns what is due at `now`, earliest first: at one instant, the

@@ -401,6 +401,18 @@ fn failed_over_and_back() -> Net {
     net
 }
 
+/// After [`failed_over_and_back`]: priority 0's connection fails and stays failing.
+fn priority_0_fails_again(net: &mut Net) {
+    net.failing.insert(addr(1));
+    let first = net.lb.pick(net.now, "c", &PickArgs::default());
+    net.lb.subchannel_state(
+        net.now,
+        subchannel_of(&first),
+        ConnectivityState::TransientFailure,
+    );
+    net.settle();
+}
+
 #[test]
 fn a_priority_no_longer_in_use_has_its_connection_closed_after_15_minutes() {
     let mut net = failed_over_and_back();
@@ -412,14 +424,7 @@ fn a_priority_no_longer_in_use_has_its_connection_closed_after_15_minutes() {
     assert!(net.disconnects.is_empty(), "the cluster still lists it");
     // Needed again: priority 0 fails, priority 1 connects anew.
     let connects = net.connects.len();
-    net.failing.insert(addr(1));
-    let first = net.lb.pick(net.now, "c", &PickArgs::default());
-    net.lb.subchannel_state(
-        net.now,
-        subchannel_of(&first),
-        ConnectivityState::TransientFailure,
-    );
-    net.settle();
+    priority_0_fails_again(&mut net);
     assert_eq!(net.connects[connects..], [addr(2)]);
     assert_eq!(complete_address(&net.pick("c", 3)), Some(addr(2)));
 }
@@ -429,14 +434,7 @@ fn a_priority_used_again_within_15_minutes_keeps_its_connection() {
     let mut net = failed_over_and_back();
     net.advance_to(net.now + Duration::from_secs(10 * 60));
     // Priority 0 fails for good: priority 1, idle for 10 minutes, is used again.
-    net.failing.insert(addr(1));
-    let first = net.lb.pick(net.now, "c", &PickArgs::default());
-    net.lb.subchannel_state(
-        net.now,
-        subchannel_of(&first),
-        ConnectivityState::TransientFailure,
-    );
-    net.settle();
+    priority_0_fails_again(&mut net);
     assert_eq!(complete_address(&net.pick("c", 3)), Some(addr(2)));
     net.advance_to(net.now + Duration::from_secs(60 * 60));
     assert!(net.idled.is_empty(), "{:?}", net.idled);
