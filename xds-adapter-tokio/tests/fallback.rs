@@ -326,6 +326,12 @@ async fn fallback_to_the_secondary_and_back_to_the_restarted_primary() {
     primary.restart();
     b_diff.until_values(&[100, 2, 100]).await;
     b_new.until_values(&[3, 300]).await;
+    // A held the primary's connectivity error: the restarted primary re-sends the same
+    // c-same and c-diff, told again as the error cleared (A88). Read before step 5's
+    // change: a watch stream keeps only the newest unread value, so a reader still
+    // behind when 777 arrives would see it in place of the re-sent 1024.
+    a_same.until_values(&[1024, 1024]).await;
+    a_diff.until_values(&[100, 100]).await;
     tokio::time::timeout(
         PROMPT,
         fallback.wait_for(|_, stats| (stats.open_streams == 0).then_some(())),
@@ -348,8 +354,6 @@ async fn fallback_to_the_secondary_and_back_to_the_restarted_primary() {
             cluster_with("c-new", 300),
         ],
     );
-    // A held the primary's connectivity error: its restart re-sent the same c-same
-    // and c-diff, told again as the error cleared (A88), before the new 777.
     a_same.until_values(&[1024, 1024, 777]).await;
     b_same.until_values(&[1024, 1024, 777]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
