@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use super::timer::{ArmedTimers, Timers};
 use super::{
@@ -38,8 +39,8 @@ pub(super) struct ResourceEntry {
     pub(super) name: Arc<str>,
     /// The authority whose servers serve it.
     pub(super) authority: usize,
-    /// The watchers that named it.
-    pub(super) watchers: Vec<WatcherId>,
+    /// The watchers that named it (nearly always one: inline, no allocation).
+    pub(super) watchers: SmallVec<[WatcherId; 1]>,
     /// The watchers of the type's explicit wildcard (`*`) that hear of it: a resource
     /// the server sent for the wildcard, held while they are or a named watch is.
     pub(super) wildcard_watchers: Vec<WatcherId>,
@@ -63,11 +64,6 @@ pub(super) struct ResourceEntry {
     pub(super) ambient_holders: Vec<WatcherId>,
     /// Its armed does-not-exist timers, one per server at most.
     pub(super) armed: ArmedTimers,
-    /// The last response (by [`XdsClient`](super::XdsClient)'s response counter) that
-    /// named it, and its position among that response's items: duplicate detection
-    /// without a name index.
-    pub(super) seen_in: u64,
-    pub(super) seen_at: u32,
 }
 
 impl ResourceEntry {
@@ -84,7 +80,7 @@ impl ResourceEntry {
         ResourceEntry {
             name,
             authority,
-            watchers: Vec::new(),
+            watchers: SmallVec::new(),
             wildcard_watchers: Vec::new(),
             cached: None,
             does_not_exist: None,
@@ -94,8 +90,6 @@ impl ResourceEntry {
             error: None,
             ambient_holders: Vec::new(),
             armed: ArmedTimers::default(),
-            seen_in: 0,
-            seen_at: 0,
         }
     }
 
@@ -388,11 +382,33 @@ impl Slot {
 /// One resource type's watched resources: entries in a slab, found by name through an
 /// index. A response's items and a server's last response refer to entries by
 /// [`Slot`], so applying an unchanged SotW resend hashes no names.
+///
+/// Each slot's generation and [`Seen`] stamp sit apart from the entries, in one dense
+/// vector: finding a response's resources and spotting duplicates touches a few bytes
+/// per slot there, not a 300-byte entry (which, among ten thousand, is a cache miss).
 #[derive(Debug, Default)]
 pub(super) struct ResourceTable {
-    slots: Chunks,
+    entries: Chunks,
+    meta: Vec<SlotMeta>,
     free: Vec<u32>,
     by_name: HashMap<Arc<str>, u32>,
+}
+
+/// A slot's generation (bumped when its resource is removed) and the last response
+/// that named its resource.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotMeta {
+    generation: u32,
+    seen: Seen,
+}
+
+/// The last response (by [`XdsClient`](super::XdsClient)'s response counter) that
+/// named a resource, and the resource's position among that response's items:
+/// duplicate detection without a name index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Seen {
+    pub(super) response: u64,
+    pub(super) position: u32,
 }
 
 impl ResourceTable {
@@ -400,26 +416,53 @@ impl ResourceTable {
         let index = *self.by_name.get(name)?;
         Some(Slot {
             index,
-            generation: self.slots.at(index).0,
+            generation: self.meta[index as usize].generation,
         })
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&ResourceEntry> {
         let index = *self.by_name.get(name)?;
-        self.slots.at(index).1.as_ref()
+        self.entries.at(index).as_ref()
     }
 
     pub(super) fn get_mut(&mut self, name: &str) -> Option<&mut ResourceEntry> {
         let index = *self.by_name.get(name)?;
-        self.slots.at_mut(index).1.as_mut()
+        self.entries.at_mut(index).as_mut()
+    }
+
+    fn is_current(&self, slot: Slot) -> bool {
+        self.meta
+            .get(slot.index as usize)
+            .is_some_and(|m| m.generation == slot.generation)
     }
 
     /// The entry at `slot`, if it still holds the resource the slot was taken for.
     pub(super) fn at_mut(&mut self, slot: Slot) -> Option<&mut ResourceEntry> {
-        match self.slots.get_mut(slot.index) {
-            Some((generation, entry)) if *generation == slot.generation => entry.as_mut(),
-            _ => None,
+        if !self.is_current(slot) {
+            return None;
         }
+        self.entries.at_mut(slot.index).as_mut()
+    }
+
+    /// Records that response `response` names the resource at `slot` as its item
+    /// `position`; when the response named it before, returns that earlier position
+    /// instead (and records nothing). `None` for a stale slot too.
+    pub(super) fn mark_seen(&mut self, slot: Slot, response: u64, position: u32) -> Option<u32> {
+        let meta = self.meta.get_mut(slot.index as usize)?;
+        if meta.generation != slot.generation {
+            return None;
+        }
+        if meta.seen.response == response {
+            return Some(meta.seen.position);
+        }
+        meta.seen = Seen { response, position };
+        None
+    }
+
+    /// What `slot`'s resource was last seen in (nothing for a stale slot).
+    pub(super) fn seen(&self, slot: Slot) -> Option<Seen> {
+        self.is_current(slot)
+            .then(|| self.meta[slot.index as usize].seen)
     }
 
     /// The table's shared copy of a watched name.
@@ -427,64 +470,73 @@ impl ResourceTable {
         self.by_name.get_key_value(name).map(|(k, _)| k)
     }
 
-    pub(super) fn insert(&mut self, entry: ResourceEntry) {
+    /// Adds a resource (its name not in the table); returns its slot.
+    pub(super) fn insert(&mut self, entry: ResourceEntry) -> Slot {
         let name = entry.name.clone();
         let index = match self.free.pop() {
             Some(index) => {
-                self.slots.at_mut(index).1 = Some(entry);
+                *self.entries.at_mut(index) = Some(entry);
                 index
             }
-            None => self.slots.push((0, Some(entry))),
+            None => {
+                self.meta.push(SlotMeta::default());
+                self.entries.push(Some(entry))
+            }
         };
         self.by_name.insert(name, index);
+        Slot {
+            index,
+            generation: self.meta[index as usize].generation,
+        }
     }
 
     pub(super) fn remove(&mut self, name: &str) -> Option<ResourceEntry> {
         let index = self.by_name.remove(name)?;
-        let (generation, entry) = self.slots.at_mut(index);
-        *generation = generation.wrapping_add(1);
+        let meta = &mut self.meta[index as usize];
+        meta.generation = meta.generation.wrapping_add(1);
+        meta.seen = Seen::default();
         self.free.push(index);
-        entry.take()
+        self.entries.at_mut(index).take()
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &ResourceEntry> {
-        self.slots.iter().filter_map(|(_, e)| e.as_ref())
+        self.entries.iter().filter_map(Option::as_ref)
     }
 
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut ResourceEntry> {
-        self.slots.iter_mut().filter_map(|(_, e)| e.as_mut())
+        self.entries.iter_mut().filter_map(Option::as_mut)
+    }
+
+    /// Every entry with what it was last seen in.
+    pub(super) fn values_seen_mut(&mut self) -> impl Iterator<Item = (&mut ResourceEntry, Seen)> {
+        (self.entries.iter_mut().zip(&self.meta)).filter_map(|(e, m)| Some((e.as_mut()?, m.seen)))
     }
 }
 
-/// A table's slots (generation, entry) in chunks of a fixed size: growing never moves
-/// an entry. An entry is some 450 bytes; doubling one vector of ten thousand copied
-/// megabytes and touched twice the memory it kept.
+/// A table's entries in chunks of a fixed size: growing never moves an entry. An
+/// entry is some 300 bytes; doubling one vector of ten thousand copied megabytes and
+/// touched twice the memory it kept.
 #[derive(Debug, Default)]
 struct Chunks {
-    chunks: Vec<Vec<(u32, Option<ResourceEntry>)>>,
+    chunks: Vec<Vec<Option<ResourceEntry>>>,
 }
 
 const CHUNK: usize = 256;
 
 impl Chunks {
-    fn get_mut(&mut self, index: u32) -> Option<&mut (u32, Option<ResourceEntry>)> {
-        let i = index as usize;
-        self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
-    }
-
     /// The slot at `index`, which the table's name index or free list handed out.
-    fn at(&self, index: u32) -> &(u32, Option<ResourceEntry>) {
+    fn at(&self, index: u32) -> &Option<ResourceEntry> {
         let i = index as usize;
         &self.chunks[i / CHUNK][i % CHUNK]
     }
 
-    fn at_mut(&mut self, index: u32) -> &mut (u32, Option<ResourceEntry>) {
+    fn at_mut(&mut self, index: u32) -> &mut Option<ResourceEntry> {
         let i = index as usize;
         &mut self.chunks[i / CHUNK][i % CHUNK]
     }
 
     /// Appends a slot; returns its index.
-    fn push(&mut self, slot: (u32, Option<ResourceEntry>)) -> u32 {
+    fn push(&mut self, slot: Option<ResourceEntry>) -> u32 {
         if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
@@ -494,11 +546,11 @@ impl Chunks {
         u32::try_from(full + last.len() - 1).expect("fewer than 2^32 resources")
     }
 
-    fn iter(&self) -> impl Iterator<Item = &(u32, Option<ResourceEntry>)> {
+    fn iter(&self) -> impl Iterator<Item = &Option<ResourceEntry>> {
         self.chunks.iter().flatten()
     }
 
-    fn iter_mut(&mut self) -> impl Iterator<Item = &mut (u32, Option<ResourceEntry>)> {
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Option<ResourceEntry>> {
         self.chunks.iter_mut().flatten()
     }
 }
@@ -540,7 +592,7 @@ mod tests {
         let reused = table.slot_of(&format!("r{n}")).expect("inserted");
         assert!(gone.iter().any(|&i| slots[i].index == reused.index));
         assert_eq!(
-            table.slots.chunks.len(),
+            table.entries.chunks.len(),
             4,
             "no chunk added for reused slots"
         );

@@ -149,7 +149,7 @@ pub struct XdsClient {
     actions: VecDeque<Action>,
     rng: Xoshiro256PlusPlus,
     next_stream: u64,
-    /// Responses applied so far: the stamp of the current one (see `ResourceEntry::seen_in`).
+    /// Responses applied so far: the stamp of the current one (see `cache::Seen`).
     responses_applied: u64,
     next_watcher: u64,
     /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
@@ -272,6 +272,27 @@ impl XdsClient {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn watch<T: XdsResourceType>(&mut self, name: &str) -> Result<WatcherId, WatchError> {
+        self.watch_named::<T>(name, None)
+    }
+
+    /// As [`watch`](Self::watch), keeping the caller's copy of `name` (when it is
+    /// already canonical) instead of allocating another: an embedder that holds its
+    /// names as `Arc<str>` saves an allocation and a copy per watch.
+    ///
+    /// # Errors
+    /// As for [`watch`](Self::watch).
+    pub fn watch_shared<T: XdsResourceType>(
+        &mut self,
+        name: &Arc<str>,
+    ) -> Result<WatcherId, WatchError> {
+        self.watch_named::<T>(name, Some(name))
+    }
+
+    fn watch_named<T: XdsResourceType>(
+        &mut self,
+        name: &str,
+        shared: Option<&Arc<str>>,
+    ) -> Result<WatcherId, WatchError> {
         let t = self
             .type_index(T::TYPE_URL)
             .filter(|&t| self.types[t].type_id == std::any::TypeId::of::<T>())
@@ -317,7 +338,10 @@ impl XdsClient {
             return Ok(id);
         }
         tracing::trace!(watcher = %id, type_url, name = %canonical, "watch started");
-        let name: Arc<str> = Arc::from(&*canonical);
+        let name: Arc<str> = match (&canonical, shared) {
+            (std::borrow::Cow::Borrowed(_), Some(shared)) => shared.clone(),
+            _ => Arc::from(&*canonical),
+        };
         self.resources[t].insert(ResourceEntry::new(name.clone(), authority, id));
         self.watchers.insert(id, (t, name.clone()));
         self.authorities[authority].resources += 1;

@@ -30,7 +30,7 @@ pub(super) struct ResponseContext {
     pub(super) config: Arc<ServerConfig>,
     pub(super) version_info: String,
     pub(super) version: Arc<str>,
-    /// The response's number (see `ResourceEntry::seen_in`).
+    /// The response's number (see `cache::Seen`).
     pub(super) stamp: u64,
     pub(super) now: Instant,
 }
@@ -244,12 +244,11 @@ impl XdsClient {
             // are the cached resource, unchanged; no decode, no name lookup.
             if let Some(Some(slot)) = last_slots.get(i)
                 && type_matches[i]
+                && table.seen(*slot).is_some_and(|s| s.response != cx.stamp)
                 && let Some(entry) = table.at_mut(*slot)
-                && entry.seen_in != cx.stamp
                 && entry.cached.as_ref().is_some_and(|c| c.raw == any.value)
             {
-                entry.seen_in = cx.stamp;
-                entry.seen_at = decoded.items.len() as u32;
+                table.mark_seen(*slot, cx.stamp, decoded.items.len() as u32);
                 decoded.valid += 1;
                 decoded.items.push((Some(*slot), Outcome::Unchanged));
                 order.push(Some(*slot));
@@ -417,7 +416,10 @@ impl XdsClient {
         let missing: Vec<Arc<str>> = subscription
             .iter()
             .filter(|n| {
-                table.get(n).is_some_and(|e| e.seen_in != cx.stamp)
+                table
+                    .slot_of(n)
+                    .and_then(|slot| table.seen(slot))
+                    .is_some_and(|s| s.response != cx.stamp)
                     && !server_errors.iter().any(|(e, _)| e == *n)
             })
             .cloned()
@@ -491,15 +493,11 @@ impl Decoded {
     /// Records that the next item names `name`, or finds the earlier item that did.
     fn see(&mut self, table: &mut ResourceTable, name: &str, stamp: u64) -> Seen {
         let position = self.items.len();
-        if let Some(slot) = table.slot_of(name)
-            && let Some(entry) = table.at_mut(slot)
-        {
-            if entry.seen_in == stamp {
-                return Seen::Again(entry.seen_at as usize);
-            }
-            entry.seen_in = stamp;
-            entry.seen_at = position as u32;
-            return Seen::First(Some(slot));
+        if let Some(slot) = table.slot_of(name) {
+            return match table.mark_seen(slot, stamp, position as u32) {
+                Some(earlier) => Seen::Again(earlier as usize),
+                None => Seen::First(Some(slot)),
+            };
         }
         match self.unwatched.get(name) {
             Some(&k) => Seen::Again(k),
@@ -512,8 +510,8 @@ impl Decoded {
 
     /// The item a name had in this response, if any.
     pub(super) fn item_of(&self, table: &ResourceTable, name: &str, stamp: u64) -> Option<usize> {
-        match table.get(name) {
-            Some(e) => (e.seen_in == stamp).then_some(e.seen_at as usize),
+        match table.slot_of(name).and_then(|slot| table.seen(slot)) {
+            Some(seen) => (seen.response == stamp).then_some(seen.position as usize),
             None => self.unwatched.get(name).copied(),
         }
     }

@@ -25,15 +25,14 @@ impl XdsClient {
         if self.authorities[star.authority].active() != Some(cx.server) {
             return;
         }
-        let (authority, watchers) = (star.authority, star.watchers.clone());
+        let (authority, watchers) = (star.authority, star.watchers.to_vec());
         let mut unwatched: Vec<(String, usize)> = decoded.unwatched.drain().collect();
         unwatched.sort_unstable_by_key(|(_, k)| *k);
         for (name, k) in unwatched {
-            let mut entry = ResourceEntry::for_wildcard(Arc::from(name.as_str()), authority);
-            entry.seen_in = cx.stamp;
-            entry.seen_at = k as u32;
-            table.insert(entry);
-            decoded.items[k].0 = table.slot_of(&name);
+            let entry = ResourceEntry::for_wildcard(Arc::from(name.as_str()), authority);
+            let slot = table.insert(entry);
+            table.mark_seen(slot, cx.stamp, k as u32);
+            decoded.items[k].0 = Some(slot);
         }
         for (slot, _) in &decoded.items {
             if let Some(entry) = slot.and_then(|slot| table.at_mut(slot))
@@ -50,10 +49,10 @@ impl XdsClient {
     /// response omits was deleted, as a named one would be.
     pub(super) fn apply_wildcard_deletions(&mut self, cx: &ResponseContext) {
         let table = &mut self.resources[cx.t];
-        for entry in table.values_mut() {
+        for (entry, seen) in table.values_seen_mut() {
             if !entry.watchers.is_empty()
                 || entry.wildcard_watchers.is_empty()
-                || entry.seen_in == cx.stamp
+                || seen.response == cx.stamp
                 || entry.cached.is_none()
                 || entry.server_error.is_some()
                 || self.authorities[entry.authority].active() != Some(cx.server)
