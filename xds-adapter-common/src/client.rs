@@ -4,7 +4,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::channel::mpsc::{self, UnboundedSender};
@@ -26,7 +25,7 @@ use crate::metrics::{DEFAULT_METRICS_INTERVAL, MetricsExporter, STANDALONE_TARGE
 use crate::pool::ClientPool;
 use crate::runtime::Runtime;
 use crate::transport::TransportSettings;
-use crate::watch::{RawWatchStream, WatchKey, WatchSender, WatchSlot, WatchStream};
+use crate::watch::{RawWatchStream, WatchSender, WatchSlot, WatchStream};
 
 /// Why a client call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,7 +295,6 @@ impl<R: Runtime> ClientBuilder<R> {
         Ok(Client::from_inner(Arc::new(Inner {
             commands,
             checker,
-            next_watch: AtomicU64::new(0),
             bootstrap,
             target,
         })))
@@ -327,8 +325,6 @@ pub(crate) struct Inner {
     pub(crate) commands: UnboundedSender<Command>,
     /// Refuses the watches the core would refuse, so `watch()` answers at once.
     checker: WatchChecker,
-    /// The next watch's key.
-    next_watch: AtomicU64,
     bootstrap: Arc<Bootstrap>,
     target: Option<Arc<str>>,
 }
@@ -413,20 +409,17 @@ impl<R> Client<R> {
         // takes the burst into one subscription request per type.
         self.inner.checker.check::<T>(name)?;
         let events = Arc::new(WatchSlot::default());
-        let key = WatchKey(self.inner.next_watch.fetch_add(1, Ordering::Relaxed));
-        // One copy of the name, shared by the command and the stream.
+        // One copy of the name, shared by the command, the stream and the core.
         let name: Arc<str> = Arc::from(name);
         self.send(Command::Watch {
-            key,
             type_url: T::TYPE_URL,
-            watch: XdsClient::watch::<T>,
+            watch: XdsClient::watch_shared::<T>,
             name: name.clone(),
             events: WatchSender::new(events.clone()),
         })?;
         Ok(WatchStream::new(RawWatchStream::new(
             events,
             self.inner.clone(),
-            key,
             T::TYPE_URL,
             name,
         )))

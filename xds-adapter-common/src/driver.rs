@@ -30,7 +30,7 @@ use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::stream_tasks::{ReportEvent, StreamTasks};
 use crate::transport::TransportSettings;
-use crate::watch::{WatchKey, WatchSender};
+use crate::watch::{WatchSender, WatchSlot};
 
 /// The driver's maps: a fixed, fast hash (the keys are counters the driver hands out).
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
@@ -45,14 +45,14 @@ const INBOUND_BUFFER: usize = 2;
 pub(crate) enum Command {
     /// A watch the handle's checker has accepted.
     Watch {
-        key: WatchKey,
         type_url: &'static str,
-        /// `XdsClient::watch::<T>` of the watched type.
-        watch: fn(&mut XdsClient, &str) -> Result<WatcherId, WatchError>,
+        /// `XdsClient::watch_shared::<T>` of the watched type.
+        watch: fn(&mut XdsClient, &Arc<str>) -> Result<WatcherId, WatchError>,
         name: Arc<str>,
         events: WatchSender,
     },
-    Cancel(WatchKey),
+    /// A dropped watch stream's slot, which names its watcher.
+    Cancel(Arc<WatchSlot>),
     Snapshot(oneshot::Sender<Vec<ResourceSnapshot>>),
     Csds(oneshot::Sender<Vec<GenericXdsConfig>>),
     /// The CSDS `ClientConfig` (node and resources; the handle sets the scope).
@@ -81,10 +81,8 @@ pub(crate) struct Driver<R: Runtime> {
     reports: UnboundedReceiver<TaskMessage>,
     /// The stream tasks' responses (see [`INBOUND_BUFFER`]).
     inbound: Receiver<TaskMessage>,
-    /// The watch streams' watchers: their keys and senders.
-    watchers: HashMap<WatcherId, (WatchKey, WatchSender)>,
-    /// The core's watcher of each watch stream's key.
-    watch_keys: HashMap<WatchKey, WatcherId>,
+    /// The watch streams' senders, by the core's watcher.
+    watchers: HashMap<WatcherId, WatchSender>,
     configs: ConfigWatches,
     tasks: StreamTasks<R>,
     subscribers: Vec<EventSender>,
@@ -116,7 +114,6 @@ impl<R: Runtime> Driver<R> {
             reports,
             inbound,
             watchers: HashMap::default(),
-            watch_keys: HashMap::default(),
             configs: ConfigWatches::new(),
             subscribers: Vec::new(),
             sleep: None,
@@ -230,7 +227,6 @@ impl<R: Runtime> Driver<R> {
     fn on_command(&mut self, command: Command) {
         match command {
             Command::Watch {
-                key,
                 type_url,
                 watch,
                 name,
@@ -238,8 +234,8 @@ impl<R: Runtime> Driver<R> {
             } => match watch(&mut self.core, &name) {
                 Ok(id) => {
                     tracing::debug!(type_url = %type_url, resource = %name, watcher = %id, "watch");
-                    self.watchers.insert(id, (key, events));
-                    self.watch_keys.insert(key, id);
+                    events.set_watcher(id);
+                    self.watchers.insert(id, events);
                 }
                 // The handle's checker accepted it: the core disagreeing is a bug. The
                 // dropped sender ends the stream.
@@ -247,8 +243,10 @@ impl<R: Runtime> Driver<R> {
                     tracing::error!(type_url = %type_url, resource = %name, error = %e, "watch refused after its check")
                 }
             },
-            Command::Cancel(key) => {
-                if let Some(&id) = self.watch_keys.get(&key) {
+            // The watch was taken before (the queue keeps order), so the slot names its
+            // watcher, unless the core refused it or the watcher is already forgotten.
+            Command::Cancel(slot) => {
+                if let Some(id) = slot.watcher() {
                     self.forget_watcher(id);
                 }
             }
@@ -398,7 +396,7 @@ impl<R: Runtime> Driver<R> {
                 if self.configs.handle_notification(&mut self.core, &n) {
                     return;
                 }
-                if let Some((_, sender)) = self.watchers.get(&n.watcher)
+                if let Some(sender) = self.watchers.get(&n.watcher)
                     && !sender.publish(n.event)
                 {
                     // The stream was dropped; its cancel command, on its way, will
@@ -430,8 +428,7 @@ impl<R: Runtime> Driver<R> {
     /// Forgets a watch stream's watcher and cancels its watch in the core: the one way
     /// a watcher leaves the driver, so none stays subscribed for good.
     fn forget_watcher(&mut self, id: WatcherId) {
-        if let Some((key, _)) = self.watchers.remove(&id) {
-            self.watch_keys.remove(&key);
+        if self.watchers.remove(&id).is_some() {
             tracing::debug!(watcher = %id, "cancel watch");
             self.core.cancel_watch(id);
         }
@@ -443,7 +440,6 @@ impl<R: Runtime> Driver<R> {
         self.commands.close();
         self.tasks.abort_all();
         self.watchers.clear();
-        self.watch_keys.clear();
         self.configs.close_all();
         self.subscribers.clear();
         self.sleep = None;

@@ -8,11 +8,12 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
-use xds_proto_core::{WatchEvent, XdsError, XdsResourceType};
+use xds_proto_core::{WatchEvent, WatcherId, XdsError, XdsResourceType};
 
 use crate::client::Inner;
 use crate::driver::Command;
@@ -86,12 +87,45 @@ impl Unread {
 /// The slot between the driver and one watch stream, with latest-value semantics: a
 /// `Changed` replaces the unread `Changed` (value or error), an ambient error replaces
 /// the unread ambient error, and they are read in the order they arrived.
-#[derive(Default)]
-pub(crate) struct WatchSlot(Mutex<Unread>);
+///
+/// It also names the stream's watch for the driver: `watch()` queues its command
+/// without waiting for an answer, and the driver records the core's watcher here, so
+/// the cancel that dropping the stream queues (behind the watch) finds it without a
+/// map from streams to watchers.
+pub(crate) struct WatchSlot {
+    unread: Mutex<Unread>,
+    /// The core's watcher, once the driver has taken the watch ([`NO_WATCHER`] before,
+    /// and if the core refused it). Written and read by the driver only.
+    watcher: AtomicU64,
+}
+
+const NO_WATCHER: u64 = u64::MAX;
+
+impl Default for WatchSlot {
+    fn default() -> WatchSlot {
+        WatchSlot {
+            unread: Mutex::default(),
+            watcher: AtomicU64::new(NO_WATCHER),
+        }
+    }
+}
 
 impl WatchSlot {
     fn lock(&self) -> MutexGuard<'_, Unread> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.unread.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the core's watcher of this stream (the driver, taking the watch).
+    pub(crate) fn set_watcher(&self, id: WatcherId) {
+        self.watcher.store(id.into_raw(), Ordering::Relaxed);
+    }
+
+    /// The core's watcher of this stream (the driver, taking its cancel).
+    pub(crate) fn watcher(&self) -> Option<WatcherId> {
+        match self.watcher.load(Ordering::Relaxed) {
+            NO_WATCHER => None,
+            raw => Some(WatcherId::from_raw(raw)),
+        }
     }
 
     /// Leaves `event` for the reader and wakes it; false when the reader is gone.
@@ -160,11 +194,6 @@ impl WatchSlot {
     }
 }
 
-/// A watch stream's name for its watch in the driver, chosen by the handle so that
-/// `watch()` needs no answer from the driver (which maps it to the core's watcher).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct WatchKey(pub(crate) u64);
-
 /// The driver's end of a [`WatchSlot`]: dropping it ends the stream, as dropping a
 /// channel's sender would.
 pub(crate) struct WatchSender(Arc<WatchSlot>);
@@ -177,6 +206,11 @@ impl WatchSender {
     /// See [`WatchSlot::publish`].
     pub(crate) fn publish(&self, event: WatchEvent) -> bool {
         self.0.publish(event)
+    }
+
+    /// See [`WatchSlot::set_watcher`].
+    pub(crate) fn set_watcher(&self, id: WatcherId) {
+        self.0.set_watcher(id);
     }
 }
 
@@ -193,7 +227,6 @@ impl Drop for WatchSender {
 pub struct RawWatchStream {
     events: Arc<WatchSlot>,
     client: Arc<Inner>,
-    key: WatchKey,
     type_url: &'static str,
     name: Arc<str>,
 }
@@ -202,14 +235,12 @@ impl RawWatchStream {
     pub(crate) fn new(
         events: Arc<WatchSlot>,
         client: Arc<Inner>,
-        key: WatchKey,
         type_url: &'static str,
         name: Arc<str>,
     ) -> RawWatchStream {
         RawWatchStream {
             events,
             client,
-            key,
             type_url,
             name,
         }
@@ -234,7 +265,6 @@ impl RawWatchStream {
 impl fmt::Debug for RawWatchStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawWatchStream")
-            .field("key", &self.key.0)
             .field("type_url", &self.type_url)
             .field("name", &self.name)
             .finish_non_exhaustive()
@@ -255,7 +285,7 @@ impl Drop for RawWatchStream {
         let _ = self
             .client
             .commands
-            .unbounded_send(Command::Cancel(self.key));
+            .unbounded_send(Command::Cancel(self.events.clone()));
     }
 }
 
