@@ -137,6 +137,69 @@ fn subscription_change_resends_the_type_with_every_name() {
     h.expect_nothing();
 }
 
+/// Held requests: a fresh client's burst starts its stream at once, and leaves as one
+/// request per type, with every name, when released; the does-not-exist timers start
+/// only then.
+#[test]
+fn held_requests_leave_as_one_request_per_type_when_released() {
+    let mut h = Harness::new();
+    h.client.hold_requests();
+    h.watch::<Lds>("l1");
+    for name in ["c3", "c1", "c2"] {
+        h.watch::<Cds>(name);
+    }
+    let s = h.expect_start();
+    h.started(s);
+    h.expect_nothing();
+    // Nothing was sent: no timer runs, however long the hold.
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+    h.client.release_requests();
+    h.collect_actions();
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(LDS, &["l1"], "", "").with_node()
+    );
+    h.sent(s);
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(CDS, &["c1", "c2", "c3"], "", "")
+    );
+    h.sent(s);
+    h.expect_nothing();
+    h.advance(16 * SECOND);
+    for _ in 0..4 {
+        assert_eq!(
+            changed_error(&h.expect_notify()).kind,
+            ErrorKind::DoesNotExist
+        );
+    }
+}
+
+/// On a stream in use, held requests cover ACKs too: a response's ACK and a grown
+/// subscription of its type leave as one request when released.
+#[test]
+fn an_ack_and_new_names_held_together_leave_as_one_request() {
+    let mut h = Harness::new();
+    h.watch::<Cds>("c1");
+    let s = h.connect_first(CDS, &["c1"]);
+    h.client.hold_requests();
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
+    value_of(&h.expect_notify());
+    h.watch::<Cds>("c2");
+    h.expect_nothing();
+    assert!(h.client.requests_held());
+    h.client.release_requests();
+    h.collect_actions();
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "1", "n1"));
+    h.sent(s);
+    h.expect_nothing();
+    // A second release changes nothing.
+    h.client.release_requests();
+    h.collect_actions();
+    h.expect_nothing();
+}
+
 #[test]
 fn second_watcher_of_a_cached_resource_gets_it_at_once_and_no_request_is_sent() {
     let mut h = Harness::new();

@@ -152,6 +152,8 @@ pub struct XdsClient {
     /// Responses applied so far: the stamp of the current one (see `cache::Seen`).
     responses_applied: u64,
     next_watcher: u64,
+    /// Requests wait (see [`XdsClient::hold_requests`]).
+    requests_held: bool,
     /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
     #[cfg(feature = "planted-bug")]
     planted_bug: bool,
@@ -190,6 +192,7 @@ impl XdsClient {
             next_stream: 1,
             responses_applied: 0,
             next_watcher: 1,
+            requests_held: false,
             #[cfg(feature = "planted-bug")]
             planted_bug: false,
         }

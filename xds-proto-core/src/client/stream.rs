@@ -1,6 +1,7 @@
 //! The client's side of a stream's life: opening it when a server has subscriptions,
-//! emitting one request at a time, and starting the does-not-exist timers once a
-//! subscribing request has gone out on a connected stream (A57).
+//! emitting one request at a time (none while the embedder holds requests back), and
+//! starting the does-not-exist timers once a subscribing request has gone out on a
+//! connected stream (A57).
 
 use std::sync::Arc;
 
@@ -38,8 +39,38 @@ impl XdsClient {
         self.pump(server);
     }
 
+    /// Holds every request back until [`release_requests`](Self::release_requests):
+    /// subscriptions, ACKs and NACKs wait, merged as usual into one request per type,
+    /// while streams still start. For an embedder that knows more watches are coming
+    /// (a burst an application queues one by one, a batch of configuration changes),
+    /// as Envoy pauses its ADS requests while it applies one: the burst leaves as one
+    /// request per type instead of a first request with the names taken so far, whose
+    /// response the server then sends again with the rest. Does-not-exist timers start
+    /// only when the requests go out, as always.
+    pub fn hold_requests(&mut self) {
+        self.requests_held = true;
+    }
+
+    /// Lets requests go again: each stream emits its next one at once.
+    pub fn release_requests(&mut self) {
+        if !std::mem::take(&mut self.requests_held) {
+            return;
+        }
+        for server in 0..self.servers.len() {
+            self.pump(server);
+        }
+    }
+
+    /// Whether requests are held back (see [`hold_requests`](Self::hold_requests)).
+    pub fn requests_held(&self) -> bool {
+        self.requests_held
+    }
+
     /// Emits the next request of `server`'s stream if none is outstanding.
     pub(super) fn pump(&mut self, server: usize) {
+        if self.requests_held {
+            return;
+        }
         let srv = &mut self.servers[server];
         let resources = &self.resources;
         let held = |t, names: &[Arc<str>]| XdsClient::held_versions(resources, server, t, names);

@@ -188,6 +188,12 @@ impl Harness {
         }
     }
 
+    /// Takes the client's actions after a call made on [`client`](Self::client)
+    /// directly (the harness's own methods take them themselves).
+    pub fn collect_actions(&mut self) {
+        self.collect();
+    }
+
     /// Watches a resource of type `T`.
     pub fn watch<T: XdsResourceType>(&mut self, name: &str) -> WatcherId {
         let id = self.client.watch::<T>(name).expect("watch accepted");
