@@ -5,6 +5,13 @@
 //! managers go to them, see [`ConfigWatches`]; stream actions to the stream tasks, see
 //! [`StreamTasks`]), and sleeps until `poll_timeout()`.
 //!
+//! A burst of watches leaves as one request per type: while watch and cancel commands
+//! keep coming, the core holds its requests back ([`XdsClient::hold_requests`]), and
+//! lets them go once none has come for [`SETTLE`] (or after [`MAX_HOLD`] of a steady
+//! trickle). An application's loop of `watch()` calls queues its commands faster than
+//! the driver takes them only most of the time: a thread descheduled for a moment, or
+//! a driver that catches up, used to send a first request with the names taken so far.
+//!
 //! Nothing reaches the driver faster than it can take it: commands come first, and
 //! responses wait in a channel of a few ([`INBOUND_BUFFER`]), so a fast server is held
 //! back by HTTP/2 flow control; watch streams keep only the newest state
@@ -12,6 +19,7 @@
 
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::channel::mpsc::{self, Receiver, UnboundedReceiver};
 use futures::channel::oneshot;
@@ -40,6 +48,24 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>
 /// holding a response it cannot hand over reads no further, so the server is slowed by
 /// HTTP/2 flow control instead of the client buffering a backlog.
 const INBOUND_BUFFER: usize = 2;
+
+/// How long requests are held after the last watch or cancel command (see the module
+/// documentation): long enough for an application's loop that was interrupted to
+/// queue its next watch, short beside any network round trip.
+const SETTLE: Duration = Duration::from_micros(500);
+
+/// The longest requests are held while watch commands keep coming.
+const MAX_HOLD: Duration = Duration::from_millis(20);
+
+/// Requests held back since `since`, until `until` unless another watch comes. The
+/// timer is armed for `check`, an earlier `until`: a burst pushing `until` on with
+/// every command re-arms it once per [`SETTLE`], not once per command.
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    since: Instant,
+    until: Instant,
+    check: Instant,
+}
 
 /// A command from a handle to the driver.
 pub(crate) enum Command {
@@ -93,6 +119,8 @@ pub(crate) struct Driver<R: Runtime> {
     /// The stream whose response is the input being handled: a `CloseStream` for it
     /// means the response was unusable.
     responding: Option<StreamId>,
+    /// Requests held while a burst of watches comes in.
+    hold: Option<Hold>,
 }
 
 impl<R: Runtime> Driver<R> {
@@ -120,6 +148,7 @@ impl<R: Runtime> Driver<R> {
             metrics,
             wall_clock,
             responding: None,
+            hold: None,
         }
     }
 
@@ -145,6 +174,7 @@ impl<R: Runtime> Driver<R> {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
                     let now = self.rt.now().max(deadline);
+                    self.check_hold(now);
                     if self.core.poll_timeout().is_some_and(|t| t <= now) {
                         self.core.handle_timeout(now);
                     }
@@ -195,6 +225,7 @@ impl<R: Runtime> Driver<R> {
     fn arm_timer(&mut self) {
         let deadline = (self.core.poll_timeout().into_iter())
             .chain(self.metrics.next_export())
+            .chain(self.hold.map(|h| h.check))
             .min();
         if self.sleep.as_ref().map(|(d, _)| *d) == deadline {
             return;
@@ -214,14 +245,51 @@ impl<R: Runtime> Driver<R> {
     /// the timer 20,000 times). Returns a shutdown's reply, which ends the loop.
     fn on_commands(&mut self, first: Command) -> Option<oneshot::Sender<()>> {
         let mut next = Some(first);
+        let mut subscribing = false;
         while let Some(command) = next {
-            if let Command::Shutdown(reply) = command {
-                return Some(reply);
+            match command {
+                Command::Shutdown(reply) => return Some(reply),
+                Command::Watch { .. } | Command::Cancel(_) => subscribing = true,
+                _ => {}
             }
             self.on_command(command);
             next = self.commands.try_recv().ok();
         }
+        if subscribing {
+            self.hold_requests();
+        }
         None
+    }
+
+    /// Holds the core's requests for [`SETTLE`] more, up to [`MAX_HOLD`] in all.
+    fn hold_requests(&mut self) {
+        let now = self.rt.now();
+        match &mut self.hold {
+            Some(hold) => hold.until = (now + SETTLE).min(hold.since + MAX_HOLD),
+            None => {
+                self.core.hold_requests();
+                let until = now + SETTLE;
+                self.hold = Some(Hold {
+                    since: now,
+                    until,
+                    check: until,
+                });
+            }
+        }
+    }
+
+    /// Lets the held requests go once the burst has settled; otherwise checks again
+    /// when it may have.
+    fn check_hold(&mut self, now: Instant) {
+        let Some(hold) = &mut self.hold else {
+            return;
+        };
+        if hold.until <= now {
+            self.hold = None;
+            self.core.release_requests();
+        } else if hold.check <= now {
+            hold.check = hold.until;
+        }
     }
 
     fn on_command(&mut self, command: Command) {
