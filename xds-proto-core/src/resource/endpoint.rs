@@ -6,7 +6,8 @@
 //! included), health status and weight, and the drop-overload policy. It also owns the
 //! `envoy.config.core.v3.Address` → [`SocketAddr`] conversion.
 
-use std::collections::{BTreeMap, HashSet};
+use smallvec::SmallVec;
+use std::collections::HashSet;
 use std::net::{SocketAddr, SocketAddrV6};
 
 use super::DecodeError;
@@ -134,7 +135,8 @@ pub fn decode(bytes: &[u8]) -> Result<(String, EndpointsResource), DecodeError> 
 /// was an allocation and a hashing per address), many in hash sets, IPv4 ones packed in
 /// a `u64`, a quarter of a `SocketAddr`.
 enum AddressSet {
-    Few(Vec<SocketAddr>),
+    /// Up to four inline: most assignments allocate nothing for the check.
+    Few(SmallVec<[SocketAddr; 4]>),
     Many {
         v4: HashSet<u64, foldhash::fast::FixedState>,
         v6: HashSet<SocketAddrV6, foldhash::fast::FixedState>,
@@ -147,7 +149,7 @@ const FEW_ADDRESSES: usize = 16;
 impl AddressSet {
     fn with_capacity(capacity: usize) -> AddressSet {
         if capacity <= FEW_ADDRESSES {
-            return AddressSet::Few(Vec::with_capacity(capacity));
+            return AddressSet::Few(SmallVec::with_capacity(capacity));
         }
         AddressSet::Many {
             v4: HashSet::with_capacity_and_hasher(capacity, Default::default()),
@@ -187,8 +189,9 @@ impl AddressSet {
 fn parse_cluster_load_assignment(
     cla: lite::ClusterLoadAssignment,
 ) -> Result<EndpointsResource, FieldError> {
-    // Localities by priority; a map, so that a huge priority value costs nothing.
-    let mut by_priority: BTreeMap<u32, Vec<LocalityEndpoints>> = BTreeMap::new();
+    // Localities by priority, sorted by priority (a huge priority value costs nothing);
+    // nearly always one, inline.
+    let mut by_priority: SmallVec<[(u32, Vec<LocalityEndpoints>); 1]> = SmallVec::new();
     let total: usize = cla.endpoints.iter().map(|l| l.endpoints.len()).sum();
     let mut addresses = AddressSet::with_capacity(total);
     for (i, lle) in cla.endpoints.into_iter().enumerate() {
@@ -197,7 +200,14 @@ fn parse_cluster_load_assignment(
         let Some(parsed) = parse_locality(lle, &mut addresses).map_err(at)? else {
             continue;
         };
-        let localities = by_priority.entry(priority).or_default();
+        let slot = match by_priority.binary_search_by_key(&priority, |(p, _)| *p) {
+            Ok(slot) => slot,
+            Err(slot) => {
+                by_priority.insert(slot, (priority, Vec::new()));
+                slot
+            }
+        };
+        let localities = &mut by_priority[slot].1;
         if localities.iter().any(|l| l.locality == parsed.locality) {
             let l = &parsed.locality;
             return Err(at(FieldError::new(
