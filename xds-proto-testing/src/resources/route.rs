@@ -181,7 +181,7 @@ pub fn with_retry(
 pub fn forward(m: route::RouteMatch, action: route::RouteAction) -> route::Route {
     route::Route {
         r#match: Some(m),
-        action: Some(route::route::Action::Route(action)),
+        action: Some(route::route::Action::Route(Box::new(action))),
         ..Default::default()
     }
 }

@@ -204,12 +204,14 @@ fn inline_route_config() {
                     )),
                     ..Default::default()
                 }),
-                action: Some(route_pb::route::Action::Route(route_pb::RouteAction {
-                    cluster_specifier: Some(route_pb::route_action::ClusterSpecifier::Cluster(
-                        "c".to_owned(),
-                    )),
-                    ..Default::default()
-                })),
+                action: Some(route_pb::route::Action::Route(Box::new(
+                    route_pb::RouteAction {
+                        cluster_specifier: Some(route_pb::route_action::ClusterSpecifier::Cluster(
+                            "c".to_owned(),
+                        )),
+                        ..Default::default()
+                    },
+                ))),
                 ..Default::default()
             }],
             ..Default::default()

@@ -160,10 +160,10 @@ mod tests {
                 path_specifier: Some(PathSpecifier::Prefix(prefix.to_owned())),
                 ..Default::default()
             }),
-            action: Some(Action::Route(route_pb::RouteAction {
+            action: Some(Action::Route(Box::new(route_pb::RouteAction {
                 cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_owned())),
                 ..Default::default()
-            })),
+            }))),
             ..Default::default()
         };
         let mut ignored = route("/q", "c");

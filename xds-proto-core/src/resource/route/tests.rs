@@ -42,7 +42,9 @@ fn cluster_action(cluster: &str) -> route_pb::RouteAction {
 fn route_to(cluster: &str) -> route_pb::Route {
     route_pb::Route {
         r#match: Some(prefix_match("")),
-        action: Some(route_pb::route::Action::Route(cluster_action(cluster))),
+        action: Some(route_pb::route::Action::Route(Box::new(cluster_action(
+            cluster,
+        )))),
         ..Default::default()
     }
 }
@@ -91,7 +93,7 @@ fn forward(route: route_pb::Route) -> ForwardAction {
 fn with_action(ra: route_pb::RouteAction) -> route_pb::Route {
     route_pb::Route {
         r#match: Some(prefix_match("")),
-        action: Some(route_pb::route::Action::Route(ra)),
+        action: Some(route_pb::route::Action::Route(Box::new(ra))),
         ..Default::default()
     }
 }
