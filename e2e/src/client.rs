@@ -35,7 +35,9 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
     let (responses, bytes) = count_responses(&client, start);
 
     let mut firsts = FuturesUnordered::new();
-    let done = Arc::new(Done::new(start));
+    // Per-type value times only for the timeline: the probe keeps no such books.
+    let phases = std::env::var_os("XDS_E2E_PHASES").is_some();
+    let done = phases.then(|| Arc::new(Done::new(start)));
     firsts.push(first_value(
         watch::<Lds>(&client, &workload.listener).await,
         &done,
@@ -60,7 +62,7 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
     }
     let elapsed = start.elapsed();
     let cpu = crate::process_cpu() - cpu;
-    if std::env::var_os("XDS_E2E_PHASES").is_some() {
+    if let Some(done) = &done {
         println!(
             "  phases (ms, first/last value per type L R C E): {}",
             done.report()
@@ -88,14 +90,16 @@ async fn watch<T: XdsResourceType>(client: &Client, name: &str) -> WatchStream<T
 /// run.
 fn first_value<T: XdsResourceType>(
     mut stream: WatchStream<T>,
-    done: &Arc<Done>,
+    done: &Option<Arc<Done>>,
     kind: usize,
 ) -> BoxFuture<'static, Held> {
     let done = done.clone();
     Box::pin(async move {
         match stream.next().await {
             Some(WatchUpdate::Changed(Ok(_))) => {
-                done.mark(kind);
+                if let Some(done) = &done {
+                    done.mark(kind);
+                }
                 Box::new(stream) as Held
             }
             Some(WatchUpdate::Changed(Err(e)) | WatchUpdate::AmbientError(e)) => {
