@@ -26,7 +26,9 @@ const ROUTES: u32 = 3;
 
 /// The configuration and its name, if `bytes` decode and validate without error.
 pub(super) fn decode_valid(bytes: &[u8]) -> Option<(String, RouteConfigResource)> {
-    let shallow = ShallowConfiguration::decode(bytes).ok()?;
+    // One copy of the whole configuration, so that each route kept encoded is a slice
+    // of it: decoded from a `&[u8]`, each route was its own allocation and copy.
+    let shallow = ShallowConfiguration::decode(Bytes::copy_from_slice(bytes)).ok()?;
     let config = &shallow.config;
     let plugins = parse_cluster_specifier_plugins(&config.cluster_specifier_plugins).ok()?;
     let mut virtual_hosts = Vec::with_capacity(shallow.virtual_hosts.len());
