@@ -176,6 +176,33 @@ fn held_requests_leave_as_one_request_per_type_when_released() {
     }
 }
 
+/// One type held: the others' requests go on (a burst of clusters does not delay the
+/// listener's request), and the held type's leaves, with every name, on its release.
+#[test]
+fn a_type_held_alone_lets_the_others_go() {
+    let mut h = Harness::new();
+    assert!(h.client.hold_requests_of(CDS));
+    assert!(!h.client.hold_requests_of("type.googleapis.com/no.Such"));
+    h.watch::<Cds>("c2");
+    h.watch::<Lds>("l1");
+    h.watch::<Cds>("c1");
+    let s = h.expect_start();
+    assert_eq!(
+        h.expect_request(s),
+        Req::new(LDS, &["l1"], "", "").with_node()
+    );
+    h.started(s);
+    h.sent(s);
+    h.expect_nothing();
+    h.client.release_requests_of(EDS);
+    h.collect_actions();
+    h.expect_nothing();
+    h.client.release_requests_of(CDS);
+    h.collect_actions();
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "", ""));
+    assert!(!h.client.requests_held());
+}
+
 /// On a stream in use, held requests cover ACKs too: a response's ACK and a grown
 /// subscription of its type leave as one request when released.
 #[test]

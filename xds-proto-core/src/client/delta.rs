@@ -34,6 +34,7 @@ impl ServerState {
         &mut self,
         node: &Node,
         types: &[ResourceTypeInfo],
+        on_hold: &[bool],
         held: impl FnOnce(TypeIdx, &[Arc<str>]) -> Vec<(Arc<str>, Arc<str>)>,
     ) -> Option<(StreamId, DeltaRequest)> {
         let stream = self.stream.as_mut()?;
@@ -41,7 +42,7 @@ impl ServerState {
             return None;
         }
         let t = loop {
-            let t = stream.dirty_order.pop_front()?;
+            let t = stream.take_dirty(on_hold)?;
             let ts = &mut stream.types[t];
             ts.dirty = false;
             // A type's first request names what it subscribes: an empty one would be

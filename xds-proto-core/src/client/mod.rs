@@ -152,8 +152,8 @@ pub struct XdsClient {
     /// Responses applied so far: the stamp of the current one (see `cache::Seen`).
     responses_applied: u64,
     next_watcher: u64,
-    /// Requests wait (see [`XdsClient::hold_requests`]).
-    requests_held: bool,
+    /// The types whose requests wait, by type (see [`XdsClient::hold_requests`]).
+    on_hold: Vec<bool>,
     /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
     #[cfg(feature = "planted-bug")]
     planted_bug: bool,
@@ -177,6 +177,7 @@ impl XdsClient {
             .node
             .to_proto(&config.user_agent_name, &config.user_agent_version);
         let types = resource::builtin_types();
+        let on_hold = vec![false; types.len()];
         let resources = types.iter().map(|_| ResourceTable::default()).collect();
         XdsClient {
             config,
@@ -192,7 +193,7 @@ impl XdsClient {
             next_stream: 1,
             responses_applied: 0,
             next_watcher: 1,
-            requests_held: false,
+            on_hold,
             #[cfg(feature = "planted-bug")]
             planted_bug: false,
         }
@@ -215,6 +216,7 @@ impl XdsClient {
         }
         self.types.push(ResourceTypeInfo::of::<T>());
         self.resources.push(ResourceTable::default());
+        self.on_hold.push(false);
         for server in &mut self.servers {
             server.add_type();
         }

@@ -148,6 +148,14 @@ impl StreamState {
         }
     }
 
+    /// Takes the first type queued to send whose requests are not held (`on_hold`,
+    /// by type); held ones keep their place.
+    pub(super) fn take_dirty(&mut self, on_hold: &[bool]) -> Option<TypeIdx> {
+        let at =
+            (self.dirty_order.iter()).position(|&t| !on_hold.get(t).copied().unwrap_or(false))?;
+        self.dirty_order.remove(at)
+    }
+
     /// The transport took the request in flight: returns its type and the names whose
     /// does-not-exist timers start now, or `None` when none was in flight. Before the
     /// stream is connected (unless `assume_connected`) the names wait for it (A57).
@@ -282,14 +290,15 @@ impl ServerState {
         &mut self,
         node: &Node,
         types: &[ResourceTypeInfo],
+        on_hold: &[bool],
         held: impl FnOnce(TypeIdx, &[Arc<str>]) -> Vec<(Arc<str>, Arc<str>)>,
     ) -> Option<(StreamId, Request)> {
         if self.config.is_delta() {
             return self
-                .next_delta_request(node, types, held)
+                .next_delta_request(node, types, on_hold, held)
                 .map(|(id, r)| (id, Request::Delta(r)));
         }
-        self.next_sotw_request(node, types)
+        self.next_sotw_request(node, types, on_hold)
             .map(|(id, r)| (id, Request::Sotw(r)))
     }
 
@@ -297,6 +306,7 @@ impl ServerState {
         &mut self,
         node: &Node,
         types: &[ResourceTypeInfo],
+        on_hold: &[bool],
     ) -> Option<(StreamId, AdsRequest)> {
         let stream = self.stream.as_mut()?;
         if stream.in_flight.is_some() {
@@ -305,7 +315,7 @@ impl ServerState {
         // A type whose names were all unwatched before its first request left sends
         // nothing: an empty first request would be a wildcard subscription for LDS/CDS.
         let t = loop {
-            let t = stream.dirty_order.pop_front()?;
+            let t = stream.take_dirty(on_hold)?;
             let ts = &mut stream.types[t];
             if ts.ever_sent || !self.types[t].subscribed.is_empty() {
                 break t;

@@ -48,33 +48,59 @@ impl XdsClient {
     /// response the server then sends again with the rest. Does-not-exist timers start
     /// only when the requests go out, as always.
     pub fn hold_requests(&mut self) {
-        self.requests_held = true;
+        self.on_hold.fill(true);
     }
 
-    /// Lets requests go again: each stream emits its next one at once.
-    pub fn release_requests(&mut self) {
-        if !std::mem::take(&mut self.requests_held) {
-            return;
+    /// Holds back the requests of one type only (see
+    /// [`hold_requests`](Self::hold_requests)): the other types' go on, so a burst
+    /// of watches of one type after another lets each type's request leave once its
+    /// part of the burst is through. False for a type the client does not know.
+    pub fn hold_requests_of(&mut self, type_url: &str) -> bool {
+        match self.type_index(type_url) {
+            Some(t) => {
+                self.on_hold[t] = true;
+                true
+            }
+            None => false,
         }
+    }
+
+    /// Lets every type's requests go again: each stream emits its next one at once.
+    pub fn release_requests(&mut self) {
+        if self.requests_held() {
+            self.on_hold.fill(false);
+            self.pump_all();
+        }
+    }
+
+    /// Lets one type's requests go again (see
+    /// [`hold_requests_of`](Self::hold_requests_of)).
+    pub fn release_requests_of(&mut self, type_url: &str) {
+        if let Some(t) = self.type_index(type_url)
+            && std::mem::take(&mut self.on_hold[t])
+        {
+            self.pump_all();
+        }
+    }
+
+    /// Whether the requests of any type are held back.
+    pub fn requests_held(&self) -> bool {
+        self.on_hold.contains(&true)
+    }
+
+    fn pump_all(&mut self) {
         for server in 0..self.servers.len() {
             self.pump(server);
         }
     }
 
-    /// Whether requests are held back (see [`hold_requests`](Self::hold_requests)).
-    pub fn requests_held(&self) -> bool {
-        self.requests_held
-    }
-
     /// Emits the next request of `server`'s stream if none is outstanding.
     pub(super) fn pump(&mut self, server: usize) {
-        if self.requests_held {
-            return;
-        }
         let srv = &mut self.servers[server];
         let resources = &self.resources;
         let held = |t, names: &[Arc<str>]| XdsClient::held_versions(resources, server, t, names);
-        let Some((stream, request)) = srv.next_request(&self.node, &self.types, held) else {
+        let next = srv.next_request(&self.node, &self.types, &self.on_hold, held);
+        let Some((stream, request)) = next else {
             return;
         };
         let server_uri = &srv.config.server_uri;
