@@ -5,12 +5,8 @@
 //! managers go to them, see [`ConfigWatches`]; stream actions to the stream tasks, see
 //! [`StreamTasks`]), and sleeps until `poll_timeout()`.
 //!
-//! A burst of watches leaves as one request per type: while watch and cancel commands
-//! keep coming, the core holds its requests back ([`XdsClient::hold_requests`]), and
-//! lets them go once none has come for [`SETTLE`] (or after [`MAX_HOLD`] of a steady
-//! trickle). An application's loop of `watch()` calls queues its commands faster than
-//! the driver takes them only most of the time: a thread descheduled for a moment, or
-//! a driver that catches up, used to send a first request with the names taken so far.
+//! A burst of watches leaves as one request per type: the driver holds each type's
+//! requests while its watch and cancel commands keep coming (see [`Holds`]).
 //!
 //! Nothing reaches the driver faster than it can take it: commands come first, and
 //! responses wait in a channel of a few ([`INBOUND_BUFFER`]), so a fast server is held
@@ -19,7 +15,6 @@
 
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
 use futures::channel::mpsc::{self, Receiver, UnboundedReceiver};
 use futures::channel::oneshot;
@@ -34,6 +29,7 @@ use xds_proto_core::{
 use crate::ads::{Report, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
 use crate::events::{ChannelEvent, EventSender};
+use crate::holds::Holds;
 use crate::metrics::MetricsExporter;
 use crate::runtime::{BoxFuture, Runtime, WallClock};
 use crate::stream_tasks::{ReportEvent, StreamTasks};
@@ -49,23 +45,10 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>
 /// HTTP/2 flow control instead of the client buffering a backlog.
 const INBOUND_BUFFER: usize = 2;
 
-/// How long requests are held after the last watch or cancel command (see the module
-/// documentation): long enough for an application's loop that was interrupted to
-/// queue its next watch, short beside any network round trip.
-const SETTLE: Duration = Duration::from_micros(500);
-
-/// The longest requests are held while watch commands keep coming.
-const MAX_HOLD: Duration = Duration::from_millis(20);
-
-/// Requests held back since `since`, until `until` unless another watch comes. The
-/// timer is armed for `check`, an earlier `until`: a burst pushing `until` on with
-/// every command re-arms it once per [`SETTLE`], not once per command.
-#[derive(Clone, Copy, Debug)]
-struct Hold {
-    since: Instant,
-    until: Instant,
-    check: Instant,
-}
+/// The most commands taken between two looks at the stream tasks' reports: a driver
+/// behind a long burst of watches still hears within a fraction of a millisecond that
+/// a request went out, and sends the next type's.
+const BATCH: usize = 1024;
 
 /// A command from a handle to the driver.
 pub(crate) enum Command {
@@ -77,8 +60,11 @@ pub(crate) enum Command {
         name: Arc<str>,
         events: WatchSender,
     },
-    /// A dropped watch stream's slot, which names its watcher.
-    Cancel(Arc<WatchSlot>),
+    /// A dropped watch stream's slot, which names its watcher, and its type.
+    Cancel {
+        slot: Arc<WatchSlot>,
+        type_url: &'static str,
+    },
     Snapshot(oneshot::Sender<Vec<ResourceSnapshot>>),
     Csds(oneshot::Sender<Vec<GenericXdsConfig>>),
     /// The CSDS `ClientConfig` (node and resources; the handle sets the scope).
@@ -88,6 +74,30 @@ pub(crate) enum Command {
     Config(ConfigCommand),
     ExportMetrics(oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
+}
+
+/// How a batch of commands ended.
+enum Batch {
+    /// The queue ran dry.
+    Done,
+    /// [`BATCH`] commands were taken; more may wait.
+    Full,
+    /// A shutdown, with its reply: the loop ends.
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Lets the runtime run its other ready tasks once: a task that wakes itself while
+/// polled is queued behind them.
+async fn yield_now() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            return Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }
 
 enum Input {
@@ -119,8 +129,8 @@ pub(crate) struct Driver<R: Runtime> {
     /// The stream whose response is the input being handled: a `CloseStream` for it
     /// means the response was unusable.
     responding: Option<StreamId>,
-    /// Requests held while a burst of watches comes in.
-    hold: Option<Hold>,
+    /// The types whose requests are held while a burst of their watches comes in.
+    holds: Holds,
 }
 
 impl<R: Runtime> Driver<R> {
@@ -148,7 +158,7 @@ impl<R: Runtime> Driver<R> {
             metrics,
             wall_clock,
             responding: None,
-            hold: None,
+            holds: Holds::default(),
         }
     }
 
@@ -164,17 +174,20 @@ impl<R: Runtime> Driver<R> {
                     let now = self.rt.now();
                     self.on_task_message(message, now)
                 }
-                Input::Command(command) => {
-                    if let Some(reply) = self.on_commands(command) {
-                        break Some(reply);
-                    }
-                }
+                Input::Command(command) => match self.on_commands(command) {
+                    Batch::Shutdown(reply) => break Some(reply),
+                    // A task this one woke (a stream task given a request) would wait
+                    // in its worker's next-task slot, which no other worker takes from,
+                    // until the burst is through.
+                    Batch::Full => yield_now().await,
+                    Batch::Done => {}
+                },
                 Input::Released(id) => self.configs.on_released(&mut self.core, id),
                 Input::Timer(deadline) => {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
                     let now = self.rt.now().max(deadline);
-                    self.check_hold(now);
+                    self.holds.release_settled(&mut self.core, now);
                     if self.core.poll_timeout().is_some_and(|t| t <= now) {
                         self.core.handle_timeout(now);
                     }
@@ -191,20 +204,19 @@ impl<R: Runtime> Driver<R> {
         }
     }
 
-    /// The next input, by priority: commands first (a shutdown or a cancel never
-    /// waits behind responses, and a burst of watches, which `watch()` queues without
-    /// waiting for an answer, all reach the core before the stream task's report that
-    /// its first subscription request went out: the core merges the rest of the burst
-    /// into one request per type), then the small reports of the stream tasks, released
-    /// clusters, the timer, and last the responses, of which at most a few wait.
+    /// The next input, by priority: the small reports of the stream tasks first (a
+    /// request reported sent lets the next type's request go while a burst of watches
+    /// of other types is still being taken), then commands (a shutdown or a cancel
+    /// never waits behind responses), released clusters, the timer, and last the
+    /// responses, of which at most a few wait.
     fn poll_input(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Input> {
+        if let Poll::Ready(Some(m)) = self.reports.poll_next_unpin(cx) {
+            return Poll::Ready(Input::Task(m));
+        }
         match self.commands.poll_next_unpin(cx) {
             Poll::Ready(Some(c)) => return Poll::Ready(Input::Command(c)),
             Poll::Ready(None) => return Poll::Ready(Input::Closed),
             Poll::Pending => {}
-        }
-        if let Poll::Ready(Some(m)) = self.reports.poll_next_unpin(cx) {
-            return Poll::Ready(Input::Task(m));
         }
         if let Poll::Ready(id) = self.configs.poll_released(cx) {
             return Poll::Ready(Input::Released(id));
@@ -225,7 +237,7 @@ impl<R: Runtime> Driver<R> {
     fn arm_timer(&mut self) {
         let deadline = (self.core.poll_timeout().into_iter())
             .chain(self.metrics.next_export())
-            .chain(self.hold.map(|h| h.check))
+            .chain(self.holds.next_check())
             .min();
         if self.sleep.as_ref().map(|(d, _)| *d) == deadline {
             return;
@@ -240,55 +252,44 @@ impl<R: Runtime> Driver<R> {
         self.subscribers.retain(|s| s.send(&event));
     }
 
-    /// Takes `first` and every command already queued behind it, actions left to drain
-    /// once after them all (a burst of 20,000 watches would otherwise drain and re-arm
-    /// the timer 20,000 times). Returns a shutdown's reply, which ends the loop.
-    fn on_commands(&mut self, first: Command) -> Option<oneshot::Sender<()>> {
+    /// Takes `first` and the commands already queued behind it, up to [`BATCH`] in
+    /// all, actions left to drain once after them all (a burst of 20,000 watches would
+    /// otherwise drain and re-arm the timer 20,000 times).
+    fn on_commands(&mut self, first: Command) -> Batch {
         let mut next = Some(first);
-        let mut subscribing = false;
+        let mut taken = 0;
+        // The types of the batch's watches and cancels (a handful at most).
+        let mut subscribing: Vec<&'static str> = Vec::new();
         while let Some(command) = next {
-            match command {
-                Command::Shutdown(reply) => return Some(reply),
-                Command::Watch { .. } | Command::Cancel(_) => subscribing = true,
-                _ => {}
+            if let Command::Watch { type_url, .. } | Command::Cancel { type_url, .. } = &command
+                && !subscribing.contains(type_url)
+            {
+                // Held before its first command reaches the core, which would send a
+                // request of a type not held at once.
+                self.core.hold_requests_of(type_url);
+                subscribing.push(type_url);
+            }
+            if let Command::Shutdown(reply) = command {
+                return Batch::Shutdown(reply);
             }
             self.on_command(command);
-            next = self.commands.try_recv().ok();
+            taken += 1;
+            next = (taken < BATCH)
+                .then(|| self.commands.try_recv().ok())
+                .flatten();
         }
-        if subscribing {
-            self.hold_requests();
-        }
-        None
-    }
-
-    /// Holds the core's requests for [`SETTLE`] more, up to [`MAX_HOLD`] in all.
-    fn hold_requests(&mut self) {
-        let now = self.rt.now();
-        match &mut self.hold {
-            Some(hold) => hold.until = (now + SETTLE).min(hold.since + MAX_HOLD),
-            None => {
-                self.core.hold_requests();
-                let until = now + SETTLE;
-                self.hold = Some(Hold {
-                    since: now,
-                    until,
-                    check: until,
-                });
+        if !subscribing.is_empty() {
+            let now = self.rt.now();
+            for type_url in subscribing {
+                self.holds.extend(&mut self.core, type_url, now);
             }
+            // A long batch may have outlasted another type's burst.
+            self.holds.release_settled(&mut self.core, now);
         }
-    }
-
-    /// Lets the held requests go once the burst has settled; otherwise checks again
-    /// when it may have.
-    fn check_hold(&mut self, now: Instant) {
-        let Some(hold) = &mut self.hold else {
-            return;
-        };
-        if hold.until <= now {
-            self.hold = None;
-            self.core.release_requests();
-        } else if hold.check <= now {
-            hold.check = hold.until;
+        if taken == BATCH {
+            Batch::Full
+        } else {
+            Batch::Done
         }
     }
 
@@ -313,7 +314,7 @@ impl<R: Runtime> Driver<R> {
             },
             // The watch was taken before (the queue keeps order), so the slot names its
             // watcher, unless the core refused it or the watcher is already forgotten.
-            Command::Cancel(slot) => {
+            Command::Cancel { slot, .. } => {
                 if let Some(id) = slot.watcher() {
                     self.forget_watcher(id);
                 }

@@ -60,6 +60,7 @@ pub mod csds;
 mod driver;
 mod events;
 mod frames;
+mod holds;
 mod io;
 pub mod metrics;
 mod pool;

@@ -282,10 +282,10 @@ impl Stream for RawWatchStream {
 impl Drop for RawWatchStream {
     fn drop(&mut self) {
         self.events.reader_dropped();
-        let _ = self
-            .client
-            .commands
-            .unbounded_send(Command::Cancel(self.events.clone()));
+        let _ = self.client.commands.unbounded_send(Command::Cancel {
+            slot: self.events.clone(),
+            type_url: self.type_url,
+        });
     }
 }
 
