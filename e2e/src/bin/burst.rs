@@ -1,8 +1,9 @@
 //! How long the tokio client's driver takes to absorb a burst of watches: 10,000
 //! clusters and 10,000 endpoint sets registered one by one, as `xds-e2e`'s client
-//! does, against a bootstrap whose server refuses connections (so no response
-//! interferes). Prints, per round, when the loop had queued them all and when the
-//! driver answered a command queued behind them. No server needed.
+//! does, against a server that accepts connections and never answers (so neither a
+//! response nor a failed connection interferes: the client waits for the server's
+//! HTTP/2 SETTINGS for 20 s). Prints, per round, when the loop had queued them all and
+//! when the driver answered a command queued behind them. No xDS server needed.
 //!
 //! `cargo run --release --manifest-path e2e/Cargo.toml --bin burst`
 
@@ -16,12 +17,19 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let names: Vec<String> = (0..10_000).map(|i| format!("cluster-{i:05}")).collect();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = silent.local_addr().expect("its address").port();
+    // Accepts and holds every connection, saying nothing.
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().collect();
+        drop(held);
+    });
     runtime.block_on(async {
         for _ in 0..8 {
-            let bootstrap = Bootstrap::from_json_str(
-                r#"{"xds_servers": [{"server_uri": "127.0.0.1:1", "channel_creds": [{"type": "insecure"}],
-                    "server_features": ["xds_v3"]}], "node": {"id": "e2e-burst"}}"#,
-            )
+            let bootstrap = Bootstrap::from_json_str(&format!(
+                r#"{{"xds_servers": [{{"server_uri": "127.0.0.1:{port}", "channel_creds": [{{"type": "insecure"}}],
+                    "server_features": ["xds_v3"]}}], "node": {{"id": "e2e-burst"}}}}"#
+            ))
             .expect("a valid bootstrap");
             let client = Client::builder(bootstrap)
                 .resource_timeout(Duration::from_secs(600))
