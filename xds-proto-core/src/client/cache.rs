@@ -459,6 +459,32 @@ impl ResourceTable {
         None
     }
 
+    /// The SotW resend's fast path: when `slot` still holds its resource, the response
+    /// has not named it yet, and its cached bytes are `raw`, records that the response
+    /// names it as item `position` and returns true. One look at the slot's metadata
+    /// and one at the entry, for each of a resend's unchanged resources.
+    pub(super) fn see_unchanged(
+        &mut self,
+        slot: Slot,
+        response: u64,
+        position: u32,
+        raw: &[u8],
+    ) -> bool {
+        let Some(meta) = self.meta.get_mut(slot.index as usize) else {
+            return false;
+        };
+        if meta.generation != slot.generation || meta.seen.response == response {
+            return false;
+        }
+        let unchanged = (self.entries.at(slot.index).as_ref())
+            .and_then(|e| e.cached.as_ref())
+            .is_some_and(|c| c.raw == raw);
+        if unchanged {
+            meta.seen = Seen { response, position };
+        }
+        unchanged
+    }
+
     /// What `slot`'s resource was last seen in (nothing for a stale slot).
     pub(super) fn seen(&self, slot: Slot) -> Option<Seen> {
         self.is_current(slot)

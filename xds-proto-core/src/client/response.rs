@@ -244,11 +244,8 @@ impl XdsClient {
             // are the cached resource, unchanged; no decode, no name lookup.
             if let Some(Some(slot)) = last_slots.get(i)
                 && type_matches[i]
-                && table.seen(*slot).is_some_and(|s| s.response != cx.stamp)
-                && let Some(entry) = table.at_mut(*slot)
-                && entry.cached.as_ref().is_some_and(|c| c.raw == any.value)
+                && table.see_unchanged(*slot, cx.stamp, decoded.items.len() as u32, &any.value)
             {
-                table.mark_seen(*slot, cx.stamp, decoded.items.len() as u32);
                 decoded.valid += 1;
                 decoded.items.push((Some(*slot), Outcome::Unchanged));
                 order.push(Some(*slot));
