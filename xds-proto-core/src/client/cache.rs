@@ -402,6 +402,16 @@ struct SlotMeta {
     seen: Seen,
 }
 
+impl SlotMeta {
+    /// `slot`'s metadata among `metas`, if the slot still holds the resource it was
+    /// taken for.
+    fn current(metas: &mut [SlotMeta], slot: Slot) -> Option<&mut SlotMeta> {
+        metas
+            .get_mut(slot.index as usize)
+            .filter(|m| m.generation == slot.generation)
+    }
+}
+
 /// The last response (by [`XdsClient`](super::XdsClient)'s response counter) that
 /// named a resource, and the resource's position among that response's items:
 /// duplicate detection without a name index.
@@ -430,17 +440,9 @@ impl ResourceTable {
         self.entries.at_mut(index).as_mut()
     }
 
-    fn is_current(&self, slot: Slot) -> bool {
-        self.meta
-            .get(slot.index as usize)
-            .is_some_and(|m| m.generation == slot.generation)
-    }
-
     /// The entry at `slot`, if it still holds the resource the slot was taken for.
     pub(super) fn at_mut(&mut self, slot: Slot) -> Option<&mut ResourceEntry> {
-        if !self.is_current(slot) {
-            return None;
-        }
+        SlotMeta::current(&mut self.meta, slot)?;
         self.entries.at_mut(slot.index).as_mut()
     }
 
@@ -448,10 +450,7 @@ impl ResourceTable {
     /// `position`; when the response named it before, returns that earlier position
     /// instead (and records nothing). `None` for a stale slot too.
     pub(super) fn mark_seen(&mut self, slot: Slot, response: u64, position: u32) -> Option<u32> {
-        let meta = self.meta.get_mut(slot.index as usize)?;
-        if meta.generation != slot.generation {
-            return None;
-        }
+        let meta = SlotMeta::current(&mut self.meta, slot)?;
         if meta.seen.response == response {
             return Some(meta.seen.position);
         }
@@ -470,10 +469,10 @@ impl ResourceTable {
         position: u32,
         raw: &[u8],
     ) -> bool {
-        let Some(meta) = self.meta.get_mut(slot.index as usize) else {
+        let Some(meta) = SlotMeta::current(&mut self.meta, slot) else {
             return false;
         };
-        if meta.generation != slot.generation || meta.seen.response == response {
+        if meta.seen.response == response {
             return false;
         }
         let unchanged = (self.entries.at(slot.index).as_ref())
@@ -485,10 +484,10 @@ impl ResourceTable {
         unchanged
     }
 
-    /// What `slot`'s resource was last seen in (nothing for a stale slot).
-    pub(super) fn seen(&self, slot: Slot) -> Option<Seen> {
-        self.is_current(slot)
-            .then(|| self.meta[slot.index as usize].seen)
+    /// What the resource `name` was last seen in, if it is in the table.
+    pub(super) fn seen(&self, name: &str) -> Option<Seen> {
+        let index = *self.by_name.get(name)?;
+        Some(self.meta[index as usize].seen)
     }
 
     /// The table's shared copy of a watched name.

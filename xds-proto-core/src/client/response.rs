@@ -413,10 +413,7 @@ impl XdsClient {
         let missing: Vec<Arc<str>> = subscription
             .iter()
             .filter(|n| {
-                table
-                    .slot_of(n)
-                    .and_then(|slot| table.seen(slot))
-                    .is_some_and(|s| s.response != cx.stamp)
+                table.seen(n).is_some_and(|s| s.response != cx.stamp)
                     && !server_errors.iter().any(|(e, _)| e == *n)
             })
             .cloned()
@@ -507,7 +504,7 @@ impl Decoded {
 
     /// The item a name had in this response, if any.
     pub(super) fn item_of(&self, table: &ResourceTable, name: &str, stamp: u64) -> Option<usize> {
-        match table.slot_of(name).and_then(|slot| table.seen(slot)) {
+        match table.seen(name) {
             Some(seen) => (seen.response == stamp).then_some(seen.position as usize),
             None => self.unwatched.get(name).copied(),
         }
