@@ -8,10 +8,10 @@
 //! A burst of watches leaves as one request per type: the driver holds each type's
 //! requests while its watch and cancel commands keep coming (see [`Holds`]).
 //!
-//! Nothing reaches the driver faster than it can take it: commands come first, and
-//! responses wait in a channel of a few ([`INBOUND_BUFFER`]), so a fast server is held
-//! back by HTTP/2 flow control; watch streams keep only the newest state
-//! ([`WatchSender`]).
+//! Nothing reaches the driver faster than it can take it: the stream tasks' reports and
+//! the commands come first, responses wait in a channel of a few ([`INBOUND_BUFFER`]),
+//! so a fast server is held back by HTTP/2 flow control; watch streams keep only the
+//! newest state ([`WatchSender`]).
 
 use std::sync::Arc;
 use std::task::Poll;
@@ -232,8 +232,8 @@ impl<R: Runtime> Driver<R> {
         Poll::Pending
     }
 
-    /// Keeps one sleep armed for the earlier of the core's next deadline and the next
-    /// metrics export.
+    /// Keeps one sleep armed for the earliest of the core's next deadline, the next
+    /// metrics export and the next look at the held requests.
     fn arm_timer(&mut self) {
         let deadline = (self.core.poll_timeout().into_iter())
             .chain(self.metrics.next_export())
@@ -258,16 +258,9 @@ impl<R: Runtime> Driver<R> {
     fn on_commands(&mut self, first: Command) -> Batch {
         let mut next = Some(first);
         let mut taken = 0;
-        // The types of the batch's watches and cancels (a handful at most).
-        let mut subscribing: Vec<&'static str> = Vec::new();
         while let Some(command) = next {
-            if let Command::Watch { type_url, .. } | Command::Cancel { type_url, .. } = &command
-                && !subscribing.contains(type_url)
-            {
-                // Held before its first command reaches the core, which would send a
-                // request of a type not held at once.
-                self.core.hold_requests_of(type_url);
-                subscribing.push(type_url);
+            if let Command::Watch { type_url, .. } | Command::Cancel { type_url, .. } = &command {
+                self.holds.hold(&mut self.core, type_url);
             }
             if let Command::Shutdown(reply) = command {
                 return Batch::Shutdown(reply);
@@ -278,13 +271,9 @@ impl<R: Runtime> Driver<R> {
                 .then(|| self.commands.try_recv().ok())
                 .flatten();
         }
-        if !subscribing.is_empty() {
+        if self.holds.holding() {
             let now = self.rt.now();
-            for type_url in subscribing {
-                self.holds.extend(&mut self.core, type_url, now);
-            }
-            // A long batch may have outlasted another type's burst.
-            self.holds.release_settled(&mut self.core, now);
+            self.holds.end_batch(&mut self.core, now);
         }
         if taken == BATCH {
             Batch::Full

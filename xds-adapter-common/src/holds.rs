@@ -39,25 +39,47 @@ struct Hold {
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
     held: Vec<Hold>,
+    /// The types the batch of commands being taken has held so far.
+    batch: Vec<&'static str>,
 }
 
 impl Holds {
-    /// A command of `type_url` came at `now`: hold its requests [`SETTLE`] more, up to
-    /// [`MAX_HOLD`] in all.
-    pub(crate) fn extend(&mut self, core: &mut XdsClient, type_url: &'static str, now: Instant) {
+    /// A watch or cancel of `type_url` is about to reach the core: the type is held
+    /// from now on (the core sends a request of a type not held at once).
+    pub(crate) fn hold(&mut self, core: &mut XdsClient, type_url: &'static str) {
+        if !self.batch.contains(&type_url) && core.hold_requests_of(type_url) {
+            self.batch.push(type_url);
+        }
+    }
+
+    /// Whether the batch being taken held a type (then [`end_batch`](Self::end_batch)
+    /// needs the time).
+    pub(crate) fn holding(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    /// The batch of commands ended at `now`: each type it held waits [`SETTLE`] more,
+    /// up to [`MAX_HOLD`] in all, and the types whose burst has settled go (a long
+    /// batch may have outlasted another type's burst).
+    pub(crate) fn end_batch(&mut self, core: &mut XdsClient, now: Instant) {
+        while let Some(type_url) = self.batch.pop() {
+            self.extend(type_url, now);
+        }
+        self.release_settled(core, now);
+    }
+
+    fn extend(&mut self, type_url: &'static str, now: Instant) {
         if let Some(hold) = self.held.iter_mut().find(|h| h.type_url == type_url) {
             hold.until = (now + SETTLE).min(hold.since + MAX_HOLD);
             return;
         }
-        if core.hold_requests_of(type_url) {
-            let until = now + SETTLE;
-            self.held.push(Hold {
-                type_url,
-                since: now,
-                until,
-                check: until,
-            });
-        }
+        let until = now + SETTLE;
+        self.held.push(Hold {
+            type_url,
+            since: now,
+            until,
+            check: until,
+        });
     }
 
     /// Lets go the types whose burst has settled by `now`; the others are checked
@@ -111,21 +133,23 @@ mod tests {
         let mut core = client();
         let mut holds = Holds::default();
         let t0 = Instant::from_secs(1);
-        holds.extend(&mut core, CDS, t0);
-        holds.extend(&mut core, CDS, t0 + ms(1) / 4);
+        holds.hold(&mut core, CDS);
+        holds.end_batch(&mut core, t0);
+        holds.hold(&mut core, CDS);
+        holds.end_batch(&mut core, t0 + ms(1) / 4);
         assert_eq!(holds.next_check(), Some(t0 + SETTLE));
         // The first check finds the clusters' burst still going: checked again later.
         holds.release_settled(&mut core, t0 + SETTLE);
         assert_eq!(holds.next_check(), Some(t0 + ms(1) / 4 + SETTLE));
-        holds.extend(&mut core, EDS, t0 + ms(1));
-        holds.release_settled(&mut core, t0 + ms(1));
+        holds.hold(&mut core, EDS);
+        holds.end_batch(&mut core, t0 + ms(1));
         assert_eq!(holds.next_check(), Some(t0 + ms(1) + SETTLE));
         assert!(core.requests_held(), "the endpoints are still held");
         // Endpoint commands every 0.25 ms for 30 ms: let go at 20 ms after the first.
         let mut now = t0 + ms(1);
         while now < t0 + ms(31) {
-            holds.extend(&mut core, EDS, now);
-            holds.release_settled(&mut core, now);
+            holds.hold(&mut core, EDS);
+            holds.end_batch(&mut core, now);
             if holds.next_check().is_none() {
                 break;
             }
