@@ -19,6 +19,7 @@ export CARGO_TERM_COLOR=never
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 passed=0
 failed=0
+failures=()
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
@@ -31,6 +32,7 @@ gate() {
     else
         echo "gate FAILED: $name"
         failed=$((failed + 1))
+        failures+=("gate: $name")
     fi
 }
 gate "cargo fmt --check" cargo fmt --all -- --check
@@ -51,6 +53,7 @@ failed=$((failed + f))
 if [ "$test_status" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "cargo test failed before running its tests (build error?)"
     failed=$((failed + 1))
+    failures+=("cargo test: failed before running its tests (build error?)")
 fi
 
 # The embedding example runs (its assertions check the listener→endpoints chain).
@@ -58,7 +61,7 @@ gate "example custom_loop" cargo run --quiet -p xds-proto-core --example custom_
 
 echo "== fuzz smoke: every target for ${FUZZ_SECONDS}s"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
-    cargo install cargo-fuzz --locked || { echo "cannot install cargo-fuzz"; failed=$((failed + 1)); }
+    cargo install cargo-fuzz --locked || { echo "cannot install cargo-fuzz"; failed=$((failed + 1)); failures+=("cargo-fuzz install"); }
 fi
 if command -v cargo-fuzz >/dev/null 2>&1; then
     if (cd fuzz && cargo fuzz build --sanitizer none); then
@@ -71,13 +74,24 @@ if command -v cargo-fuzz >/dev/null 2>&1; then
             else
                 echo "fuzz target $target FAILED: see fuzz/artifacts/$target; copy the input to fuzz/regressions/$target"
                 failed=$((failed + 1))
+                failures+=("fuzz target: $target")
             fi
         done
     else
         echo "fuzz targets do not build"
         failed=$((failed + 1))
+        failures+=("fuzz targets do not build")
     fi
 fi
 
+# CI shows only the tail of this output, so what failed is repeated right above the
+# summary: each failed gate and fuzz target, and each failed test with the start of
+# its panic message.
+if [ "$failed" -ne 0 ]; then
+    echo "== what failed"
+    for f in "${failures[@]}"; do echo "$f"; done
+    grep -E '^test .* \.\.\. FAILED$' "$log"
+    awk '/^---- .* stdout ----$/ { n = 25 } n > 0 { print; n-- }' "$log"
+fi
 echo "summary: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
