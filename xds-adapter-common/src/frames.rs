@@ -1,7 +1,9 @@
 //! What the server says about its connection, read from the HTTP/2 frame headers of
 //! the bytes hyper reads (above TLS): the first SETTINGS frame, which makes a
-//! connection connected, and GOAWAY, which retires it for new streams. Only the 9-byte
-//! frame headers are parsed; payloads are skipped, and hyper still parses everything.
+//! connection connected, and GOAWAY, which retires it for new streams. The frame
+//! headers hyper writes are followed too, for one fact: whether a keepalive PING is
+//! waiting for its answer when the connection ends. Only the 9-byte frame headers are
+//! parsed; payloads are skipped, and hyper still parses everything.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +15,16 @@ use futures::future;
 
 const FRAME_HEADER_LEN: usize = 9;
 const FRAME_SETTINGS: u8 = 0x4;
+const FRAME_PING: u8 = 0x6;
 const FRAME_GOAWAY: u8 = 0x7;
 const FLAG_ACK: u8 = 0x1;
+/// The client's connection preface, which precedes its first frame (RFC 9113 §3.4).
+const CLIENT_PREFACE_LEN: usize = 24;
+
+/// Why a connection ended whose task ended without an error, while a PING it sent was
+/// unanswered and the server had not closed its side. hyper's own error for it reaches
+/// the connection's task only when that task notices first.
+pub(crate) const KEEPALIVE_TIMED_OUT: &str = "keep-alive timed out";
 
 /// How an attempt's HTTP/2 handshake ended: the server's SETTINGS arrived, or the
 /// connection ended first (with why).
@@ -25,6 +35,10 @@ pub(crate) type Handshake = Result<(), String>;
 #[derive(Debug)]
 pub(crate) struct ConnectionState {
     going_away: AtomicBool,
+    /// A PING was written and its ACK has not been read since.
+    ping_unanswered: AtomicBool,
+    /// Reading from the server ended (end of stream or an error).
+    read_ended: AtomicBool,
     /// Until the handshake has ended: where its outcome goes.
     handshake: Mutex<Option<oneshot::Sender<Handshake>>>,
     end: Mutex<End>,
@@ -44,6 +58,8 @@ impl ConnectionState {
         let (tx, rx) = oneshot::channel();
         let state = ConnectionState {
             going_away: AtomicBool::new(false),
+            ping_unanswered: AtomicBool::new(false),
+            read_ended: AtomicBool::new(false),
             handshake: Mutex::new(Some(tx)),
             end: Mutex::new(End::default()),
         };
@@ -53,6 +69,20 @@ impl ConnectionState {
     /// Whether the server has sent GOAWAY: the connection takes no new streams.
     pub(crate) fn is_going_away(&self) -> bool {
         self.going_away.load(Ordering::Acquire)
+    }
+
+    /// Reading from the server ended: it closed the connection, or the socket failed.
+    pub(crate) fn read_ended(&self) {
+        self.read_ended.store(true, Ordering::Release);
+    }
+
+    /// Why the connection ended when hyper gave no error: a keepalive timeout when a
+    /// PING went unanswered while the server's side was still open (hyper ends the
+    /// connection quietly then and reports the timeout only to whichever of its tasks
+    /// notices first); `None` for a close by the server or by this client.
+    pub(crate) fn quiet_end_reason(&self) -> Option<String> {
+        (self.ping_unanswered.load(Ordering::Acquire) && !self.read_ended.load(Ordering::Acquire))
+            .then(|| KEEPALIVE_TIMED_OUT.to_string())
     }
 
     /// The connection ended. Returns false when its handshake had not ended yet: the
@@ -104,30 +134,18 @@ impl ConnectionState {
     }
 }
 
-/// Parses the frame headers of a connection's inbound bytes as they are read.
-#[derive(Debug)]
-pub(crate) struct FrameWatcher {
-    state: Arc<ConnectionState>,
+/// Follows the frame headers of one direction of a connection, skipping payloads.
+#[derive(Debug, Default)]
+struct FrameCursor {
     header: [u8; FRAME_HEADER_LEN],
     header_len: usize,
-    /// Payload bytes of the current frame still to skip.
+    /// Bytes still to skip: the current frame's payload (or the client's preface).
     skip: usize,
-    first_frame: bool,
 }
 
-impl FrameWatcher {
-    pub(crate) fn new(state: Arc<ConnectionState>) -> FrameWatcher {
-        FrameWatcher {
-            state,
-            header: [0; FRAME_HEADER_LEN],
-            header_len: 0,
-            skip: 0,
-            first_frame: true,
-        }
-    }
-
-    /// Takes the next bytes read from the server.
-    pub(crate) fn observe(&mut self, mut bytes: &[u8]) {
+impl FrameCursor {
+    /// Takes the next bytes, calling `on_header` with each frame header completed.
+    fn feed(&mut self, mut bytes: &[u8], mut on_header: impl FnMut(&[u8; FRAME_HEADER_LEN])) {
         while !bytes.is_empty() {
             if self.skip > 0 {
                 let n = self.skip.min(bytes.len());
@@ -141,23 +159,69 @@ impl FrameWatcher {
             bytes = &bytes[n..];
             if self.header_len == FRAME_HEADER_LEN {
                 self.header_len = 0;
-                self.on_frame_header();
+                let [l0, l1, l2, ..] = self.header;
+                self.skip = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
+                on_header(&self.header);
             }
         }
     }
+}
 
-    fn on_frame_header(&mut self) {
-        let [l0, l1, l2, kind, flags, ..] = self.header;
-        self.skip = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
-        // The server's connection preface is a SETTINGS frame (RFC 9113 §3.4); anything
-        // else first is a protocol error, which hyper reports as the connection's end.
-        if std::mem::take(&mut self.first_frame) && kind == FRAME_SETTINGS && flags & FLAG_ACK == 0
-        {
-            self.state.settings_received();
+/// Parses the frame headers of a connection's bytes as they are read and written.
+#[derive(Debug)]
+pub(crate) struct FrameWatcher {
+    state: Arc<ConnectionState>,
+    read: FrameCursor,
+    written: FrameCursor,
+    first_frame: bool,
+}
+
+impl FrameWatcher {
+    pub(crate) fn new(state: Arc<ConnectionState>) -> FrameWatcher {
+        FrameWatcher {
+            state,
+            read: FrameCursor::default(),
+            written: FrameCursor {
+                skip: CLIENT_PREFACE_LEN,
+                ..FrameCursor::default()
+            },
+            first_frame: true,
         }
-        if kind == FRAME_GOAWAY {
-            self.state.going_away.store(true, Ordering::Release);
-        }
+    }
+
+    /// Takes the next bytes read from the server.
+    pub(crate) fn observe(&mut self, bytes: &[u8]) {
+        let (state, first_frame) = (&self.state, &mut self.first_frame);
+        self.read.feed(bytes, |&[.., kind, flags, _, _, _, _]| {
+            // The server's connection preface is a SETTINGS frame (RFC 9113 §3.4);
+            // anything else first is a protocol error, which hyper reports as the
+            // connection's end.
+            if std::mem::take(first_frame) && kind == FRAME_SETTINGS && flags & FLAG_ACK == 0 {
+                state.settings_received();
+            }
+            match kind {
+                FRAME_GOAWAY => state.going_away.store(true, Ordering::Release),
+                FRAME_PING if flags & FLAG_ACK != 0 => {
+                    state.ping_unanswered.store(false, Ordering::Release);
+                }
+                _ => {}
+            }
+        });
+    }
+
+    /// Takes the next bytes written to the server (after the client's preface).
+    pub(crate) fn observe_written(&mut self, bytes: &[u8]) {
+        let state = &self.state;
+        self.written.feed(bytes, |&[.., kind, flags, _, _, _, _]| {
+            if kind == FRAME_PING && flags & FLAG_ACK == 0 {
+                state.ping_unanswered.store(true, Ordering::Release);
+            }
+        });
+    }
+
+    /// Reading from the server ended.
+    pub(crate) fn read_ended(&self) {
+        self.state.read_ended();
     }
 }
 
@@ -233,5 +297,43 @@ mod tests {
             watcher.observe(std::slice::from_ref(byte));
         }
         assert!(state.is_going_away());
+    }
+
+    /// hyper sometimes ends a connection whose keepalive PING went unanswered without
+    /// an error (the timeout reaches only the task that notices it first): the PING
+    /// written and never answered says why, unless the server closed its side.
+    #[test]
+    fn an_unanswered_ping_explains_a_quiet_end_and_an_answer_or_a_close_does_not() {
+        let ping = frame(FRAME_PING, 0, &[7; 8]);
+        let ack = frame(FRAME_PING, FLAG_ACK, &[7; 8]);
+        let mut preface_and_settings = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        assert_eq!(preface_and_settings.len(), CLIENT_PREFACE_LEN);
+        preface_and_settings.extend(frame(FRAME_SETTINGS, 0, &[0, 3, 0, 0, 0, 100]));
+
+        let (state, _handshake) = ConnectionState::new();
+        let mut watcher = FrameWatcher::new(state.clone());
+        watcher.observe_written(&preface_and_settings);
+        watcher.observe_written(&frame(0x0, 0, &vec![0x6; 20_000]));
+        assert_eq!(state.quiet_end_reason(), None, "no PING yet");
+        for byte in &ping {
+            watcher.observe_written(std::slice::from_ref(byte));
+        }
+        assert_eq!(
+            state.quiet_end_reason().as_deref(),
+            Some(KEEPALIVE_TIMED_OUT)
+        );
+        // A PING from the server, and this client's answer to it, change nothing.
+        watcher.observe(&frame(FRAME_PING, 0, &[1; 8]));
+        watcher.observe_written(&frame(FRAME_PING, FLAG_ACK, &[1; 8]));
+        assert_eq!(
+            state.quiet_end_reason().as_deref(),
+            Some(KEEPALIVE_TIMED_OUT)
+        );
+        watcher.observe(&ack);
+        assert_eq!(state.quiet_end_reason(), None, "answered");
+
+        watcher.observe_written(&ping);
+        watcher.read_ended();
+        assert_eq!(state.quiet_end_reason(), None, "the server closed its side");
     }
 }

@@ -1,6 +1,6 @@
 //! An adapter from `futures-io` byte streams to hyper's I/O traits, so that HTTP/2 and
-//! TLS run the same way over any runtime's sockets. The bytes read can be shown to a
-//! [`FrameWatcher`], which follows the server's HTTP/2 frames.
+//! TLS run the same way over any runtime's sockets. The bytes read and written can be
+//! shown to a [`FrameWatcher`], which follows the connection's HTTP/2 frames.
 
 use std::io;
 use std::pin::Pin;
@@ -33,7 +33,7 @@ impl<T> HyperIo<T> {
         }
     }
 
-    /// Wraps `inner`, showing every byte read to `watcher`.
+    /// Wraps `inner`, showing every byte read and written to `watcher`.
     pub(crate) fn watched(inner: T, watcher: FrameWatcher) -> HyperIo<T> {
         HyperIo {
             watcher: Some(watcher),
@@ -59,11 +59,19 @@ impl<T: AsyncRead + Unpin> hyper::rt::Read for HyperIo<T> {
             Poll::Ready(Ok(n)) => {
                 if let Some(watcher) = &mut this.watcher {
                     watcher.observe(&this.buf[..n]);
+                    if n == 0 && want > 0 {
+                        watcher.read_ended();
+                    }
                 }
                 cursor.put_slice(&this.buf[..n]);
                 Poll::Ready(Ok(()))
             }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Err(e)) => {
+                if let Some(watcher) = &this.watcher {
+                    watcher.read_ended();
+                }
+                Poll::Ready(Err(e))
+            }
             Poll::Pending => Poll::Pending,
         }
     }
@@ -75,7 +83,12 @@ impl<T: AsyncWrite + Unpin> hyper::rt::Write for HyperIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let (Poll::Ready(Ok(n)), Some(watcher)) = (&written, &mut this.watcher) {
+            watcher.observe_written(&buf[..*n]);
+        }
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -95,6 +108,19 @@ impl<T: AsyncWrite + Unpin> hyper::rt::Write for HyperIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let (Poll::Ready(Ok(n)), Some(watcher)) = (&written, &mut this.watcher) {
+            let mut left = *n;
+            for buf in bufs {
+                if left == 0 {
+                    break;
+                }
+                let taken = left.min(buf.len());
+                watcher.observe_written(&buf[..taken]);
+                left -= taken;
+            }
+        }
+        written
     }
 }

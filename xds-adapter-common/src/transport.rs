@@ -270,7 +270,10 @@ async fn open<R: Runtime>(
     let task_state = state.clone();
     let task = Abortable::new(
         async move {
-            let error = conn.await.err().map(|e| error_chain(&e));
+            let error = match conn.await {
+                Err(e) => Some(error_chain(&e)),
+                Ok(()) => task_state.quiet_end_reason(),
+            };
             if task_state.ended(error.as_deref()) {
                 on_closed(error);
             }
