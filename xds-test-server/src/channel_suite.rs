@@ -385,10 +385,8 @@ async fn update_in_flight<R: Runtime>(
 /// on a wait-for-ready channel wait until their deadline. A target naming an
 /// authority the bootstrap does not know is refused when the channel is built.
 pub async fn channel_failures<R: Runtime>() {
-    let closed_port = {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a free port");
-        listener.local_addr().expect("its address").port()
-    };
+    let dead = crate::ports::RefusingPort::new();
+    let closed_port = dead.port();
     let server = LoopbackServer::start();
     server.set_resources(type_url::LISTENER, "1", vec![listener(LISTENER, ROUTES)]);
     server.set_resources(

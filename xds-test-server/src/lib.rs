@@ -46,6 +46,7 @@ pub mod config_suite;
 mod delta;
 pub mod demo;
 pub mod echo;
+pub mod ports;
 pub mod proxy;
 mod record;
 pub mod recorder;

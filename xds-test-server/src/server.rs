@@ -18,6 +18,7 @@ use xds_proto_core::pb::google::protobuf::Any;
 
 use crate::codec::ServerCodec;
 use crate::delta::{DeltaQuirks, DeltaSession};
+use crate::ports::RefusingPort;
 use crate::record::{RecordedRequest, RecordedResponse, RequestKind, ServerStats};
 use crate::resources::resource_name;
 use crate::session::{Protocol, StreamHandler};
@@ -201,7 +202,8 @@ impl Host {
 
 struct Running {
     stop: futures::channel::oneshot::Sender<()>,
-    done: futures::channel::oneshot::Receiver<()>,
+    /// The port, kept from the moment the listener closed (see [`RefusingPort`]).
+    done: futures::channel::oneshot::Receiver<Option<RefusingPort>>,
 }
 
 /// A scriptable ADS management server on 127.0.0.1. See the crate documentation.
@@ -211,6 +213,8 @@ pub struct LoopbackServer {
     tls: Option<Arc<rustls::ServerConfig>>,
     host: Host,
     running: Mutex<Option<Running>>,
+    /// While stopped, the port held for [`restart`](Self::restart).
+    reserved: Mutex<Option<RefusingPort>>,
 }
 
 impl std::fmt::Debug for LoopbackServer {
@@ -259,6 +263,7 @@ impl LoopbackServer {
             tls,
             host,
             running: Mutex::new(None),
+            reserved: Mutex::new(None),
         };
         server.serve(listener);
         server
@@ -321,7 +326,8 @@ impl LoopbackServer {
             .set_nonblocking(true)
             .expect("non-blocking listener");
         let (stop, stopped) = futures::channel::oneshot::channel::<()>();
-        let (done_tx, done) = futures::channel::oneshot::channel::<()>();
+        let (done_tx, done) = futures::channel::oneshot::channel();
+        let addr = self.addr;
         let shared = self.shared.clone();
         let tls = self.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         self.host.handle().spawn(async move {
@@ -360,9 +366,14 @@ impl LoopbackServer {
                 }
             }
             drop(listener);
+            // Taken again at once: between the close and a restart, a server another
+            // test starts could be given the port.
+            let reserved = RefusingPort::at(addr)
+                .inspect_err(|e| tracing::warn!("loopback server: cannot keep {addr}: {e}"))
+                .ok();
             connections.abort_all();
             while connections.join_next().await.is_some() {}
-            let _ = done_tx.send(());
+            let _ = done_tx.send(reserved);
         });
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Running { stop, done });
     }
@@ -377,7 +388,9 @@ impl LoopbackServer {
             .take();
         if let Some(running) = running {
             let _ = running.stop.send(());
-            let _ = running.done.await;
+            if let Ok(reserved) = running.done.await {
+                *self.reserved.lock().unwrap_or_else(|e| e.into_inner()) = reserved;
+            }
         }
     }
 
@@ -394,9 +407,16 @@ impl LoopbackServer {
         {
             return;
         }
-        let listener =
-            std::net::TcpListener::bind(self.addr).expect("rebind the loopback server's port");
-        self.serve(listener);
+        let reserved = self
+            .reserved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let listener = match reserved {
+            Some(port) => port.listen(),
+            None => std::net::TcpListener::bind(self.addr),
+        };
+        self.serve(listener.expect("listen on the loopback server's port again"));
     }
 
     /// Whether the server is listening.
