@@ -21,7 +21,7 @@ use http::uri::PathAndQuery;
 use tonic::client::{Grpc, GrpcService};
 use tonic_prost::ProstCodec;
 
-use crate::server::Host;
+use crate::host::Host;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

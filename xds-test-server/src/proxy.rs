@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::server::Host;
+use crate::host::Host;
 
 /// A GOAWAY with NO_ERROR whose last stream id (2^31 - 1) lets every open stream go
 /// on, as a server retiring a connection gracefully sends first.

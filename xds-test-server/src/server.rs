@@ -1,28 +1,24 @@
 //! The loopback ADS server: listener lifecycle, the scripted snapshot, and the state
-//! its streams share (the record's types are in `record`). The streams' logic is in `session` (the loop),
-//! `sotw` and `delta` (what each ADS variant sends).
+//! its streams share (the record's types are in `record`). Connections are served by
+//! `service`; the streams' logic is in `session` (the loop), `sotw` and `delta` (what
+//! each ADS variant sends).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use tokio::sync::watch;
 use xds_proto_core::Status;
 use xds_proto_core::pb::envoy::service::discovery::v3::ResourceError;
 use xds_proto_core::pb::google::protobuf::Any;
 
-use crate::codec::ServerCodec;
-use crate::delta::{DeltaQuirks, DeltaSession};
+use crate::delta::DeltaQuirks;
+use crate::host::Host;
 use crate::ports::RefusingPort;
 use crate::record::{RecordedRequest, RecordedResponse, RequestKind, ServerStats};
 use crate::resources::resource_name;
-use crate::session::{Protocol, StreamHandler};
-use crate::sotw::SotwSession;
+use crate::service::{AdsService, serve_connection};
 
 /// One type's resources as the server has them.
 #[derive(Clone, Debug, Default)]
@@ -148,55 +144,6 @@ impl Shared {
 
     pub(crate) fn bump(&self) {
         self.generation.send_modify(|g| *g += 1);
-    }
-}
-
-/// Where the server's tasks run.
-#[derive(Clone, Debug)]
-pub(crate) enum Host {
-    /// The runtime that created the server.
-    Caller(tokio::runtime::Handle),
-    /// A dedicated thread, whose runtime lives as long as `_keep_alive`.
-    Thread {
-        handle: tokio::runtime::Handle,
-        _keep_alive: Arc<std::sync::mpsc::SyncSender<()>>,
-    },
-}
-
-impl Host {
-    /// The calling tokio runtime, or else a new one on a thread named `thread`, which
-    /// runs until the last clone of the returned host is dropped.
-    pub(crate) fn for_caller(thread: &str) -> Host {
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => Host::Caller(handle),
-            Err(_) => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime for a loopback server");
-                let handle = rt.handle().clone();
-                let (keep, until) = std::sync::mpsc::sync_channel::<()>(0);
-                std::thread::Builder::new()
-                    .name(thread.into())
-                    .spawn(move || {
-                        // Runs the server's tasks until the last handle is dropped.
-                        rt.block_on(async move {
-                            let _ = tokio::task::spawn_blocking(move || until.recv()).await;
-                        });
-                    })
-                    .expect("a thread for a loopback server");
-                Host::Thread {
-                    handle,
-                    _keep_alive: Arc::new(keep),
-                }
-            }
-        }
-    }
-
-    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
-        match self {
-            Host::Caller(handle) | Host::Thread { handle, .. } => handle,
-        }
     }
 }
 
@@ -615,64 +562,4 @@ fn json_string(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-async fn serve_connection<I>(io: I, service: AdsService)
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let result = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-        .serve_connection(
-            hyper_util::rt::TokioIo::new(io),
-            hyper_util::service::TowerToHyperService::new(service),
-        )
-        .await;
-    if let Err(e) = result {
-        tracing::debug!("loopback server: connection ended: {e}");
-    }
-}
-const ADS_PATH: &str =
-    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
-const DELTA_ADS_PATH: &str =
-    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
-
-/// The HTTP service: routes the two ADS methods (SotW and delta), answers everything
-/// else UNIMPLEMENTED.
-#[derive(Clone)]
-struct AdsService {
-    shared: Arc<Shared>,
-}
-
-impl tower_service::Service<http::Request<hyper::body::Incoming>> for AdsService {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
-        let shared = self.shared.clone();
-        match request.uri().path() {
-            ADS_PATH => serve_stream::<SotwSession>(shared, request).boxed(),
-            DELTA_ADS_PATH => serve_stream::<DeltaSession>(shared, request).boxed(),
-            path => {
-                let status = tonic::Status::unimplemented(format!("no method {path}"));
-                async move { Ok(status.into_http()) }.boxed()
-            }
-        }
-    }
-}
-
-async fn serve_stream<P: Protocol>(
-    shared: Arc<Shared>,
-    request: http::Request<hyper::body::Incoming>,
-) -> Result<http::Response<tonic::body::Body>, Infallible> {
-    let mut grpc = tonic::server::Grpc::new(ServerCodec::<P::Request, P::Response>::default())
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(usize::MAX);
-    Ok(grpc
-        .streaming(StreamHandler::<P>::new(shared), request)
-        .await)
 }
