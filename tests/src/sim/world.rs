@@ -50,9 +50,11 @@ mod describe;
 mod faults;
 mod finish;
 mod network;
+mod topology;
 
 use describe::{describe_action, describe_event, prefix, server_json, short, type_path};
 use finish::check_fixtures;
+use topology::Topology;
 
 /// How long a connection attempt to a blackholed server hangs before it fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -519,75 +521,12 @@ impl World {
                 None => mode == 1 || (mode == 2 && variant.chance(0.5)),
             })
             .collect();
-        // Servers: the top-level group, and the authority's own when it has them.
-        let mut servers = Vec::new();
-        let mut groups = Vec::new();
-        let group_servers = |tag: &str, g: usize, servers: &mut Vec<ManagementServer>| {
-            let mut ids = vec![servers.len()];
-            servers.push(ManagementServer::new(
-                format!("xds-{tag}.sim:443"),
-                plan.policies[g],
-            ));
-            if plan.list_fallback {
-                ids.push(servers.len());
-                servers.push(ManagementServer::new(
-                    format!("xds-{tag}2.sim:443"),
-                    plan.policies[g],
-                ));
-            }
-            ids
-        };
-        let top = group_servers("a", 0, &mut servers);
-        let mut names0 = Vec::new();
-        let mut names1 = Vec::new();
-        for t in SIM_TYPES {
-            for i in 0..3 {
-                names0.push((t, format!("{}{i}", prefix(t))));
-            }
-            for i in 0..2 {
-                names1.push((
-                    t,
-                    format!("xdstp://{AUTHORITY}/{}/{}{i}", type_path(t), prefix(t)),
-                ));
-            }
-        }
-        groups.push(Group {
-            servers: top.clone(),
-            features: plan.features[0],
-            names: names0,
-        });
-        let mut authorities = String::new();
-        match plan.authority {
-            1 => {
-                let own = group_servers("b", 1, &mut servers);
-                let list: Vec<String> = own
-                    .iter()
-                    .map(|i| server_json(&servers[*i].uri, plan.features[1], delta[*i]))
-                    .collect();
-                authorities = format!(
-                    r#", "authorities": {{"{AUTHORITY}": {{"xds_servers": [{}]}}}}"#,
-                    list.join(", ")
-                );
-                groups.push(Group {
-                    servers: own,
-                    features: plan.features[1],
-                    names: names1,
-                });
-            }
-            2 => {
-                authorities = format!(r#", "authorities": {{"{AUTHORITY}": {{}}}}"#);
-                groups.push(Group {
-                    servers: top.clone(),
-                    features: plan.features[0],
-                    names: names1,
-                });
-            }
-            _ => {}
-        }
-        let top_list: Vec<String> = top
-            .iter()
-            .map(|i| server_json(&servers[*i].uri, plan.features[0], delta[*i]))
-            .collect();
+        let Topology {
+            servers,
+            groups,
+            top_list,
+            authorities,
+        } = Topology::lay_out(&plan, &delta);
 
         let mut clients = Vec::new();
         for i in 0..plan.clients {
@@ -896,91 +835,17 @@ impl World {
                 Ok(())
             }
             Ev::SendDone { conn } => self.on_send_done(conn),
-            Ev::BufferedSent { conn } => {
-                let c = &self.conns[&conn];
-                match c.state {
-                    ConnState::Connecting if c.pending.is_some() => {
-                        let c = self.conns.get_mut(&conn).expect("conn");
-                        let request = c.pending.take().expect("pending");
-                        c.backlog.push(request);
-                        let (client, stream) = (c.client, c.stream);
-                        self.deliver(client, Event::RequestSent { stream })
-                    }
-                    ConnState::Open => self.on_send_done(conn),
-                    _ => Ok(()),
-                }
-            }
-            Ev::ServerRecv { conn, request } => {
-                let server = self.conns[&conn].server;
-                let srv = &mut self.servers[server];
-                let due = srv.has_stream(conn)
-                    && match *request {
-                        Wire::Sotw(r) => srv.on_request(conn, &r),
-                        Wire::Delta(r) => srv.on_delta_request(conn, &r),
-                    };
-                if due {
-                    self.schedule_flush(conn);
-                }
-                Ok(())
-            }
-            Ev::ServerFlush { conn } => {
-                self.flush_due.remove(&conn);
-                let server = self.conns[&conn].server;
-                let rng = &mut self.rng;
-                let responses: Vec<(String, Bytes)> = if self.servers[server].is_delta_stream(conn)
-                {
-                    let out = self.servers[server].flush_delta(conn, |n| rng.index(n));
-                    out.into_iter()
-                        .map(|r| (r.type_url.clone(), r.encode_to_vec().into()))
-                        .collect()
-                } else {
-                    let out = self.servers[server].flush(conn, |n| rng.index(n));
-                    out.into_iter()
-                        .map(|r| (r.type_url.clone(), r.encode_to_vec().into()))
-                        .collect()
-                };
-                for (t, bytes) in responses {
-                    self.send_to_client(conn, bytes);
-                    if self.safety() && self.rng.chance(self.plan.p_dup) {
-                        let fresh = self.rng.chance(0.5);
-                        self.duplicate(conn, &t, fresh);
-                    }
-                }
-                Ok(())
-            }
+            Ev::BufferedSent { conn } => self.on_buffered_sent(conn),
+            Ev::ServerRecv { conn, request } => self.on_server_recv(conn, request),
+            Ev::ServerFlush { conn } => self.on_server_flush(conn),
             Ev::ServerSeesClose { conn } => {
                 let server = self.conns[&conn].server;
                 self.servers[server].close_stream(conn);
                 Ok(())
             }
-            Ev::ClientRecv { conn, bytes } => {
-                let c = self.conns.get_mut(&conn).expect("conn");
-                if c.state != ConnState::Open {
-                    return Ok(());
-                }
-                if c.stalled {
-                    c.held.push(bytes);
-                    return Ok(());
-                }
-                self.receive(conn, bytes)
-            }
-            Ev::ClientClosed { conn, status } => {
-                let c = self.conns.get_mut(&conn).expect("conn");
-                if c.state != ConnState::Open {
-                    return Ok(());
-                }
-                c.state = ConnState::Closed;
-                let (client, stream) = (c.client, c.stream);
-                self.deliver(client, Event::StreamClosed { stream, status })
-            }
-            Ev::Kill { conn, stall } => {
-                let c = &self.conns[&conn];
-                if c.state != ConnState::Open || !c.stalled || c.stall != stall {
-                    return Ok(());
-                }
-                self.stats.keepalive_failures += 1;
-                self.fail_conn(conn, "keep-alive timed out")
-            }
+            Ev::ClientRecv { conn, bytes } => self.on_client_recv(conn, bytes),
+            Ev::ClientClosed { conn, status } => self.on_client_closed(conn, status),
+            Ev::Kill { conn, stall } => self.on_kill(conn, stall),
             Ev::Resume { conn, stall } => {
                 if self.conns[&conn].stall != stall {
                     return Ok(());

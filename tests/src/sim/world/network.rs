@@ -308,4 +308,99 @@ impl World {
         self.send_to_server(conn, request);
         self.deliver(client, Event::RequestSent { stream })
     }
+
+    /// A request handed to a connection before it opened has been written.
+    pub(super) fn on_buffered_sent(&mut self, conn: u64) -> Result<(), SimFailure> {
+        let c = &self.conns[&conn];
+        match c.state {
+            ConnState::Connecting if c.pending.is_some() => {
+                let c = self.conns.get_mut(&conn).expect("conn");
+                let request = c.pending.take().expect("pending");
+                c.backlog.push(request);
+                let (client, stream) = (c.client, c.stream);
+                self.deliver(client, Event::RequestSent { stream })
+            }
+            ConnState::Open => self.on_send_done(conn),
+            _ => Ok(()),
+        }
+    }
+
+    /// A request reached the server: it answers after a flush delay when it has something due.
+    pub(super) fn on_server_recv(
+        &mut self,
+        conn: u64,
+        request: Box<Wire>,
+    ) -> Result<(), SimFailure> {
+        let server = self.conns[&conn].server;
+        let srv = &mut self.servers[server];
+        let due = srv.has_stream(conn)
+            && match *request {
+                Wire::Sotw(r) => srv.on_request(conn, &r),
+                Wire::Delta(r) => srv.on_delta_request(conn, &r),
+            };
+        if due {
+            self.schedule_flush(conn);
+        }
+        Ok(())
+    }
+
+    /// The server sends what is due on a stream, sometimes followed by a duplicate.
+    pub(super) fn on_server_flush(&mut self, conn: u64) -> Result<(), SimFailure> {
+        self.flush_due.remove(&conn);
+        let server = self.conns[&conn].server;
+        let rng = &mut self.rng;
+        let responses: Vec<(String, Bytes)> = if self.servers[server].is_delta_stream(conn) {
+            let out = self.servers[server].flush_delta(conn, |n| rng.index(n));
+            out.into_iter()
+                .map(|r| (r.type_url.clone(), r.encode_to_vec().into()))
+                .collect()
+        } else {
+            let out = self.servers[server].flush(conn, |n| rng.index(n));
+            out.into_iter()
+                .map(|r| (r.type_url.clone(), r.encode_to_vec().into()))
+                .collect()
+        };
+        for (t, bytes) in responses {
+            self.send_to_client(conn, bytes);
+            if self.safety() && self.rng.chance(self.plan.p_dup) {
+                let fresh = self.rng.chance(0.5);
+                self.duplicate(conn, &t, fresh);
+            }
+        }
+        Ok(())
+    }
+
+    /// Response bytes reached the client, unless the connection is stalled (then held).
+    pub(super) fn on_client_recv(&mut self, conn: u64, bytes: Bytes) -> Result<(), SimFailure> {
+        let c = self.conns.get_mut(&conn).expect("conn");
+        if c.state != ConnState::Open {
+            return Ok(());
+        }
+        if c.stalled {
+            c.held.push(bytes);
+            return Ok(());
+        }
+        self.receive(conn, bytes)
+    }
+
+    /// The server ended the stream with a status.
+    pub(super) fn on_client_closed(&mut self, conn: u64, status: Status) -> Result<(), SimFailure> {
+        let c = self.conns.get_mut(&conn).expect("conn");
+        if c.state != ConnState::Open {
+            return Ok(());
+        }
+        c.state = ConnState::Closed;
+        let (client, stream) = (c.client, c.stream);
+        self.deliver(client, Event::StreamClosed { stream, status })
+    }
+
+    /// A stalled connection's keepalive expires, unless it resumed or stalled again since.
+    pub(super) fn on_kill(&mut self, conn: u64, stall: u64) -> Result<(), SimFailure> {
+        let c = &self.conns[&conn];
+        if c.state != ConnState::Open || !c.stalled || c.stall != stall {
+            return Ok(());
+        }
+        self.stats.keepalive_failures += 1;
+        self.fail_conn(conn, "keep-alive timed out")
+    }
 }
