@@ -45,6 +45,7 @@ use futures::{FutureExt, StreamExt};
 use xds_adapter_common::{
     ChannelEvent, ChannelEventStream, Client, ClientBuilder, Runtime, WatchStream, WatchUpdate,
 };
+use xds_proto_core::backoff::BackoffConfig;
 use xds_proto_core::resource::endpoint::EndpointsResource;
 use xds_proto_core::resource::listener::{ListenerKind, RouteSource};
 use xds_proto_core::resource::route::{ClusterSpecifier, RouteAction};
@@ -168,6 +169,17 @@ pub async fn server_saw<R: Runtime, T>(
     done: impl FnMut(&[RecordedRequest], &crate::ServerStats) -> Option<T>,
 ) -> T {
     within(rt, PROMPT, what, server.wait_for(done)).await
+}
+
+/// Reconnection backoff short enough for several attempts within a test: 100 ms,
+/// growing 1.6 times, up to 400 ms.
+fn short_backoff() -> BackoffConfig {
+    BackoffConfig {
+        initial: Duration::from_millis(100),
+        multiplier: 1.6,
+        jitter: 0.2,
+        max: Duration::from_millis(400),
+    }
 }
 
 fn builder<R: Runtime>(json: &str) -> ClientBuilder<R> {

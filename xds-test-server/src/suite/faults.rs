@@ -13,7 +13,7 @@ use xds_proto_core::backoff::BackoffConfig;
 use xds_proto_core::resource::{Cds, Lds};
 use xds_proto_core::{Code, ErrorKind, Status, StreamId, XdsResourceType};
 
-use super::{PROMPT, builder, next_value, ready_updates, updates_during, within};
+use super::{PROMPT, builder, next_value, ready_updates, short_backoff, updates_during, within};
 use crate::resources::{cluster, listener};
 use crate::{FaultProxy, LoopbackServer};
 
@@ -22,15 +22,6 @@ const LDS: &str = xds_proto_core::resource::type_url::LISTENER;
 
 /// How late a timer of the client may be observed here (scheduling on a busy machine).
 const SLACK: Duration = Duration::from_millis(1500);
-
-fn short_backoff() -> BackoffConfig {
-    BackoffConfig {
-        initial: Duration::from_millis(100),
-        multiplier: 1.6,
-        jitter: 0.2,
-        max: Duration::from_millis(400),
-    }
-}
 
 fn bootstrap_json(uris: &[String], node: &str) -> String {
     let servers: Vec<String> = uris

@@ -14,7 +14,7 @@ use xds_proto_core::{Code, ErrorKind, Instant, ResourceStatusKind, Status};
 
 use super::{
     CDS, EDS, PROMPT, acked, assert_kind, builder, channel_event, next_update, next_value,
-    ports_of, ready_updates, server_saw, updates_during, within,
+    ports_of, ready_updates, server_saw, short_backoff, updates_during, within,
 };
 use crate::resources::{cluster, cluster_with, endpoints};
 use crate::{LoopbackServer, RecordedRequest, RequestKind};
@@ -170,14 +170,8 @@ pub async fn server_down_at_startup<R: Runtime>() {
     let server = LoopbackServer::start();
     server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
     server.stop().await;
-    let backoff = BackoffConfig {
-        initial: Duration::from_millis(100),
-        multiplier: 1.6,
-        jitter: 0.2,
-        max: Duration::from_millis(400),
-    };
     let client = builder::<R>(&server.bootstrap_json("down-node", None))
-        .backoff(backoff)
+        .backoff(short_backoff())
         .resource_timeout(Duration::from_millis(500))
         .build()
         .expect("client");
@@ -287,10 +281,8 @@ pub async fn server_closes_stream_and_refuses_connections<R: Runtime>() {
     let server = LoopbackServer::start();
     server.set_resources(CDS, "1", vec![cluster("cluster-1")]);
     let backoff = BackoffConfig {
-        initial: Duration::from_millis(100),
-        multiplier: 1.6,
-        jitter: 0.2,
         max: Duration::from_millis(300),
+        ..short_backoff()
     };
     let client = builder::<R>(&server.bootstrap_json("close-node", None))
         .backoff(backoff)
