@@ -175,14 +175,9 @@ pub async fn metrics_exported_on_interval<R: Runtime>(target: &str, interval: Op
     let mut watch = client.watch::<Cds>("c1").await.expect("watch");
     next_value(&rt, &mut watch).await;
     let interval = interval.unwrap_or(xds_adapter_common::metrics::DEFAULT_METRICS_INTERVAL);
-    let acked = [
-        (labels::TARGET, target),
-        (labels::AUTHORITY, OLD_STYLE_AUTHORITY),
-        (labels::RESOURCE_TYPE, CLUSTER),
-        (labels::CACHE_STATE, CacheState::Acked.as_str()),
-    ];
+    let acked = m.clusters_in(CacheState::Acked);
     within(&rt, interval + PROMPT, "an automatic export", async {
-        while m.value(Kind::Gauge, names::RESOURCES, &acked) != Some(1.0) {
+        while m.read().get(&acked) != Some(&1.0) {
             rt.sleep(Duration::from_millis(10)).await;
         }
     })
@@ -194,13 +189,7 @@ pub async fn metrics_exported_on_interval<R: Runtime>(target: &str, interval: Op
     // An export before the value came (a loaded machine can take longer than the
     // interval to get it) leaves the requested-state gauge behind at 0.
     let mut read = m.read();
-    let requested = [
-        (labels::TARGET, target),
-        (labels::AUTHORITY, OLD_STYLE_AUTHORITY),
-        (labels::RESOURCE_TYPE, CLUSTER),
-        (labels::CACHE_STATE, CacheState::Requested.as_str()),
-    ];
-    let requested = series(Kind::Gauge, names::RESOURCES, &requested);
+    let requested = m.clusters_in(CacheState::Requested);
     if read.get(&requested) == Some(&0.0) {
         read.remove(&requested);
     }
@@ -283,17 +272,19 @@ impl Readings<'_> {
             );
         }
         for (state, count) in resources {
-            let by_state = [
-                (labels::TARGET, self.target),
-                (labels::AUTHORITY, OLD_STYLE_AUTHORITY),
-                (labels::RESOURCE_TYPE, CLUSTER),
-                (labels::CACHE_STATE, state.as_str()),
-            ];
-            out.insert(
-                series(Kind::Gauge, names::RESOURCES, &by_state),
-                *count as f64,
-            );
+            out.insert(self.clusters_in(*state), *count as f64);
         }
         out
+    }
+
+    /// The gauge of this client's clusters in cache state `state`.
+    fn clusters_in(&self, state: CacheState) -> Series {
+        let by_state = [
+            (labels::TARGET, self.target),
+            (labels::AUTHORITY, OLD_STYLE_AUTHORITY),
+            (labels::RESOURCE_TYPE, CLUSTER),
+            (labels::CACHE_STATE, state.as_str()),
+        ];
+        series(Kind::Gauge, names::RESOURCES, &by_state)
     }
 }
