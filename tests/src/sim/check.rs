@@ -554,19 +554,8 @@ impl CheckedClient {
                 let s = self.streams.get_mut(stream).expect("live");
                 s.alive = false;
                 let (server, saw_response) = (s.server, s.saw_response);
-                let sm = self.servers.get_mut(&server).expect("server of a stream");
-                sm.current = None;
-                if saw_response {
-                    sm.failures = 0;
-                } else {
-                    sm.failures += 1;
-                    sm.closed_at = now;
-                    self.failed.insert(server);
-                }
-                Ctx::Closed {
-                    server,
-                    saw_response,
-                }
+                self.servers.get_mut(&server).expect("server").current = None;
+                self.stream_ended(now, server, saw_response)
             }
             Event::ConnectivityFailure { server, .. } => {
                 if let Some(current) = self.servers[server].current {
@@ -675,6 +664,24 @@ impl CheckedClient {
             }
         }
         Ok(actions)
+    }
+
+    /// A stream of `server` ended (closed, or failed on a response it could not
+    /// decode): one that had a response resets the backoff, one that had none counts a
+    /// connectivity failure.
+    fn stream_ended(&mut self, now: Instant, server: ServerId, saw_response: bool) -> Ctx {
+        let sm = self.servers.get_mut(&server).expect("server");
+        if saw_response {
+            sm.failures = 0;
+        } else {
+            sm.failures += 1;
+            sm.closed_at = now;
+            self.failed.insert(server);
+        }
+        Ctx::Closed {
+            server,
+            saw_response,
+        }
     }
 
     fn snapshot_of(&self, type_url: &str, name: &str) -> Option<ResourceSnapshot> {

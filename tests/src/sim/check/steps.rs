@@ -45,18 +45,7 @@ impl CheckedClient {
         let Some((response, removed)) = decoded else {
             // The client closes the stream as if it had failed.
             let saw_response = s.saw_response;
-            let sm = self.servers.get_mut(&server).expect("server");
-            if saw_response {
-                sm.failures = 0;
-            } else {
-                sm.failures += 1;
-                sm.closed_at = now;
-                self.failed.insert(server);
-            }
-            return Ctx::Closed {
-                server,
-                saw_response,
-            };
+            return self.stream_ended(now, server, saw_response);
         };
         s.connected_since.get_or_insert(now);
         s.saw_response = true;
