@@ -22,6 +22,9 @@ failed=0
 failures=()
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+# A build that runs out of disk fails as a link error; the space left says so at once.
+disk_free() { df -h . | awk 'NR == 2 { print "disk free at " $6 ": " $4 " of " $2 }'; }
+disk_free
 
 gate() {
     local name="$1"
@@ -92,6 +95,7 @@ if [ "$failed" -ne 0 ]; then
     for f in "${failures[@]}"; do echo "$f"; done
     grep -E '^test .* \.\.\. FAILED$' "$log"
     awk '/^---- .* stdout ----$/ { n = 25 } n > 0 { print; n-- }' "$log"
+    disk_free
 fi
 echo "summary: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
