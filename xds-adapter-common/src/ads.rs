@@ -19,7 +19,7 @@ use xds_proto_core::{Code, ServerId, Status, StreamId};
 
 use crate::frames::ConnectionState;
 use crate::runtime::Runtime;
-use crate::transport::{ChannelSlot, H2Service, TransportSettings};
+use crate::transport::{ChannelSlot, Connection, H2Service, TransportSettings};
 
 /// What a stream task tells the driver.
 #[derive(Debug)]
@@ -225,57 +225,23 @@ impl<R: Runtime> StreamTask<R> {
     /// Connects (or reuses the server's connection), runs the stream, and reports
     /// until it ends.
     pub(crate) async fn run(mut self) {
-        let server_uri: Arc<str> = Arc::from(self.config.server_uri.as_str());
-        let on_closed = {
-            let reports = self.reports.clone();
-            let server = self.server;
-            let server_uri = server_uri.clone();
-            move |error| {
-                let _ = reports.unbounded_send(TaskMessage::ConnectionClosed {
-                    server,
-                    server_uri,
-                    error,
-                });
-            }
-        };
-        let attempt = self.slot.get_or_connect(
-            &self.rt,
-            &self.config,
-            &self.settings,
-            || self.report(Report::Connecting),
-            on_closed,
-        );
-        let (conn, reused) = match attempt.await {
-            Ok((conn, fresh)) => (conn, !fresh),
-            Err(reason) => {
-                self.report(Report::ConnectFailed(reason.clone()));
-                self.report(Report::Closed(Status::new(Code::UNAVAILABLE, reason)));
-                return;
-            }
-        };
-        self.report(Report::Connected { reused });
-        let connection = conn.state();
-        let mut grpc = tonic::client::Grpc::with_origin(H2Service(conn.send), conn.origin)
-            .max_decoding_message_size(self.settings.max_receive_message_size)
-            .max_encoding_message_size(usize::MAX);
-        if let Err(e) = grpc.ready().await {
-            let reason = format!(
-                "connection not usable: {}",
-                crate::transport::error_chain(&e)
-            );
-            self.report(Report::Closed(Status::new(Code::UNAVAILABLE, reason)));
+        let Some(conn) = self.connect().await else {
             return;
-        }
-        let body = RequestStream {
-            requests: self.requests,
-            reports: self.reports.clone(),
-            stream: self.stream,
-            started: false,
+        };
+        let connection = conn.state();
+        let Some(mut grpc) = self.ready(conn).await else {
+            return;
         };
         let method = if self.config.is_delta() {
             crate::DELTA_ADS_METHOD
         } else {
             crate::ADS_METHOD
+        };
+        let body = RequestStream {
+            requests: self.requests,
+            reports: self.reports.clone(),
+            stream: self.stream,
+            started: false,
         };
         let path = http::uri::PathAndQuery::from_static(method);
         let response = grpc
@@ -309,6 +275,58 @@ impl<R: Runtime> StreamTask<R> {
                 return;
             }
         }
+    }
+
+    /// The server's connection, reused or new (reported either way); `None` when
+    /// connecting failed, which is reported with the stream's close.
+    async fn connect(&self) -> Option<Connection> {
+        let server_uri: Arc<str> = Arc::from(self.config.server_uri.as_str());
+        let on_closed = {
+            let reports = self.reports.clone();
+            let server = self.server;
+            move |error| {
+                let _ = reports.unbounded_send(TaskMessage::ConnectionClosed {
+                    server,
+                    server_uri,
+                    error,
+                });
+            }
+        };
+        let attempt = self.slot.get_or_connect(
+            &self.rt,
+            &self.config,
+            &self.settings,
+            || self.report(Report::Connecting),
+            on_closed,
+        );
+        match attempt.await {
+            Ok((conn, fresh)) => {
+                self.report(Report::Connected { reused: !fresh });
+                Some(conn)
+            }
+            Err(reason) => {
+                self.report(Report::ConnectFailed(reason.clone()));
+                self.report(Report::Closed(Status::new(Code::UNAVAILABLE, reason)));
+                None
+            }
+        }
+    }
+
+    /// A gRPC client on `conn` that is ready for the stream; `None` (the stream's
+    /// close reported) when the connection cannot take it.
+    async fn ready(&self, conn: Connection) -> Option<tonic::client::Grpc<H2Service>> {
+        let mut grpc = tonic::client::Grpc::with_origin(H2Service(conn.send), conn.origin)
+            .max_decoding_message_size(self.settings.max_receive_message_size)
+            .max_encoding_message_size(usize::MAX);
+        if let Err(e) = grpc.ready().await {
+            let reason = format!(
+                "connection not usable: {}",
+                crate::transport::error_chain(&e)
+            );
+            self.report(Report::Closed(Status::new(Code::UNAVAILABLE, reason)));
+            return None;
+        }
+        Some(grpc)
     }
 }
 
