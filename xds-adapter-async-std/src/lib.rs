@@ -100,6 +100,7 @@ pub use xds_adapter_common::{
     ConfigUpdate, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, DeltaSent, Error, KeepaliveSettings, RawWatchStream,
     ResponseBody, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
+    load_bootstrap_from_env,
 };
 pub use xds_proto_core;
 use xds_proto_core::Instant;
@@ -130,18 +131,6 @@ pub type ClientPool = xds_adapter_common::ClientPool<AsyncStdRuntime>;
 /// The CSDS gRPC service of a [`ClientPool`], as a tower service over HTTP/2 requests,
 /// for any HTTP/2 server that runs on async-std.
 pub type CsdsService = xds_adapter_common::CsdsService<AsyncStdRuntime>;
-
-/// Loads the bootstrap the way gRPC does: the file named by `GRPC_XDS_BOOTSTRAP`,
-/// else the JSON in `GRPC_XDS_BOOTSTRAP_CONFIG`.
-///
-/// # Errors
-/// Neither variable set, an unreadable file, or an invalid bootstrap.
-pub fn load_bootstrap_from_env() -> Result<Bootstrap, BootstrapError> {
-    Bootstrap::from_env_with(
-        |k| std::env::var(k).ok(),
-        |path| std::fs::read_to_string(path),
-    )
-}
 
 /// The async-std side of the shared client: its global executor, the monotonic clock
 /// and async-std's TCP.

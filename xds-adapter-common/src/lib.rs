@@ -85,6 +85,20 @@ pub use transport::{
 };
 pub use watch::{RawWatchStream, WatchStream, WatchUpdate};
 
+use xds_proto_core::bootstrap::{Bootstrap, BootstrapError};
+
+/// Loads the bootstrap the way gRPC does: the file named by `GRPC_XDS_BOOTSTRAP`,
+/// else the JSON in `GRPC_XDS_BOOTSTRAP_CONFIG`.
+///
+/// # Errors
+/// Neither variable set, an unreadable file, or an invalid bootstrap.
+pub fn load_bootstrap_from_env() -> Result<Bootstrap, BootstrapError> {
+    Bootstrap::from_env_with(
+        |name| std::env::var(name).ok(),
+        |path| std::fs::read_to_string(path),
+    )
+}
+
 /// The gRPC method of the ADS stream.
 pub const ADS_METHOD: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";

@@ -30,7 +30,7 @@ use futures::channel::mpsc::{self, UnboundedReceiver};
 use futures::channel::oneshot;
 use futures::{FutureExt, StreamExt};
 use xds_proto_core::lb::{LbSettings, LoadBalancer};
-use xds_proto_core::{Bootstrap, Instant};
+use xds_proto_core::Instant;
 
 pub use body::ResponseBody;
 
@@ -259,10 +259,7 @@ fn default_pool<R: Runtime>() -> Result<ClientPool<R>, Error> {
     {
         return Ok(pool.clone());
     }
-    let bootstrap = Bootstrap::from_env_with(
-        |name| std::env::var(name).ok(),
-        |path| std::fs::read_to_string(path),
-    )?;
+    let bootstrap = crate::load_bootstrap_from_env()?;
     let pool = ClientPool::<R>::builder(bootstrap).build_pool()?;
     pools.push((key, Box::new(pool.clone())));
     Ok(pool)
