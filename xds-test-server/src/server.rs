@@ -159,9 +159,14 @@ pub struct LoopbackServer {
     addr: SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     host: Host,
-    running: Mutex<Option<Running>>,
-    /// While stopped, the port held for [`restart`](Self::restart).
-    reserved: Mutex<Option<RefusingPort>>,
+    listening: Mutex<Listening>,
+}
+
+/// Whether the server listens; while stopped, the port it holds for
+/// [`restart`](LoopbackServer::restart).
+enum Listening {
+    Running(Running),
+    Stopped(Option<RefusingPort>),
 }
 
 impl std::fmt::Debug for LoopbackServer {
@@ -209,8 +214,7 @@ impl LoopbackServer {
             addr,
             tls,
             host,
-            running: Mutex::new(None),
-            reserved: Mutex::new(None),
+            listening: Mutex::new(Listening::Stopped(None)),
         };
         server.serve(listener);
         server
@@ -322,22 +326,29 @@ impl LoopbackServer {
             while connections.join_next().await.is_some() {}
             let _ = done_tx.send(reserved);
         });
-        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(Running { stop, done });
+        *self.listening() = Listening::Running(Running { stop, done });
+    }
+
+    fn listening(&self) -> std::sync::MutexGuard<'_, Listening> {
+        self.listening.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops listening and drops every connection at once (no GOAWAY, no status: as a
     /// crashed server). Connections to the port are refused until [`restart`](Self::restart).
     pub async fn stop(&self) {
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(running) = running {
-            let _ = running.stop.send(());
-            if let Ok(reserved) = running.done.await {
-                *self.reserved.lock().unwrap_or_else(|e| e.into_inner()) = reserved;
+        let running = {
+            let mut listening = self.listening();
+            match std::mem::replace(&mut *listening, Listening::Stopped(None)) {
+                Listening::Running(running) => running,
+                stopped => {
+                    *listening = stopped;
+                    return;
+                }
             }
+        };
+        let _ = running.stop.send(());
+        if let Ok(reserved) = running.done.await {
+            *self.listening() = Listening::Stopped(reserved);
         }
     }
 
@@ -346,19 +357,10 @@ impl LoopbackServer {
     /// # Panics
     /// When the port cannot be bound again.
     pub fn restart(&self) {
-        if self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-        {
-            return;
-        }
-        let reserved = self
-            .reserved
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let reserved = match &mut *self.listening() {
+            Listening::Running(_) => return,
+            Listening::Stopped(reserved) => reserved.take(),
+        };
         let listener = match reserved {
             Some(port) => port.listen(),
             None => std::net::TcpListener::bind(self.addr),
@@ -368,10 +370,7 @@ impl LoopbackServer {
 
     /// Whether the server is listening.
     pub fn is_running(&self) -> bool {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        matches!(*self.listening(), Listening::Running(_))
     }
 
     // ----- the snapshot -----
@@ -539,11 +538,8 @@ impl LoopbackServer {
 
 impl Drop for LoopbackServer {
     fn drop(&mut self) {
-        if let Some(running) = self
-            .running
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        let listening = self.listening.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Listening::Running(running) = std::mem::replace(listening, Listening::Stopped(None))
         {
             let _ = running.stop.send(());
         }
@@ -562,4 +558,40 @@ fn json_string(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn stop_refuses_and_keeps_the_port_until_restart_listens_on_it_again() {
+        let server = LoopbackServer::start();
+        let addr = server.addr();
+        let connect = || std::net::TcpStream::connect(addr);
+        assert!(server.is_running() && connect().is_ok());
+
+        server.stop().await;
+        // A second stop is a no-op, and returns.
+        tokio::time::timeout(Duration::from_secs(5), server.stop())
+            .await
+            .expect("a second stop returns");
+        assert!(!server.is_running());
+        let refused = connect().expect_err("a stopped server refuses");
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        // Kept from others: a bind without SO_REUSEADDR (as a port the kernel picks) fails.
+        let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None);
+        let taken = other.and_then(|s| s.bind(&addr.into()));
+        assert_eq!(
+            taken.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::AddrInUse)
+        );
+
+        server.restart();
+        server.restart();
+        assert!(server.is_running());
+        assert!(connect().is_ok(), "listening on the same port again");
+    }
 }

@@ -29,8 +29,8 @@ use std::task::{Context, Poll};
 use futures::channel::mpsc::{self, UnboundedReceiver};
 use futures::channel::oneshot;
 use futures::{FutureExt, StreamExt};
-use xds_proto_core::lb::{LbSettings, LoadBalancer};
 use xds_proto_core::Instant;
+use xds_proto_core::lb::{LbSettings, LoadBalancer};
 
 pub use body::ResponseBody;
 
