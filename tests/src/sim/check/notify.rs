@@ -12,6 +12,44 @@ impl CheckedClient {
         ctx: &Ctx,
         n: &Notification,
     ) -> Result<(), Violation> {
+        let w = self.addressee(now, n)?;
+        let what = || told(n, w);
+        if let Ctx::Response { server, .. } = ctx {
+            self.check_server_in_use(now, w, server, &what)?;
+        }
+        match &n.event {
+            WatchEvent::AmbientError(_) => {
+                if w.held.is_none() {
+                    return Err(violation(
+                        "ambient-needs-state",
+                        now,
+                        format!("{} before any state", what()),
+                    ));
+                }
+            }
+            WatchEvent::Changed(Ok(v)) => check_value(now, ctx, n, w, v, &what)?,
+            WatchEvent::Changed(Err(e)) => {
+                check_error_replaces(now, w, e, &what)?;
+                if matches!(e.kind, ErrorKind::DoesNotExist | ErrorKind::Timeout) {
+                    self.check_dne(now, ctx, n, e, &what())?;
+                }
+            }
+            other => panic!("the checker does not know the event {other:?}"),
+        }
+        let w = self.watchers.get_mut(&n.watcher).expect("known");
+        match &n.event {
+            WatchEvent::Changed(state) => {
+                w.held = Some(state.clone());
+                w.ambient = false;
+            }
+            WatchEvent::AmbientError(_) => w.ambient = true,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The watcher `n` is for: a live one, of the type and name it was told about.
+    fn addressee(&self, now: Instant, n: &Notification) -> Result<&WatcherState, Violation> {
         let Some(w) = self.watchers.get(&n.watcher) else {
             let rule = if self.cancelled.contains(&n.watcher) {
                 "cancelled-watcher-silent"
@@ -38,127 +76,43 @@ impl CheckedClient {
                 ),
             ));
         }
-        let what = || {
+        Ok(w)
+    }
+
+    /// A response notifies only when it comes from a server the watcher's authority
+    /// has in use.
+    fn check_server_in_use(
+        &self,
+        now: Instant,
+        w: &WatcherState,
+        server: &ServerConfig,
+        what: &dyn Fn() -> String,
+    ) -> Result<(), Violation> {
+        let none = AuthorityModel::default();
+        let a = self.authorities.get(&w.authority).unwrap_or(&none);
+        let pos = a.servers.iter().position(|c| c == server);
+        if pos.is_some_and(|p| p < a.allowed) {
+            return Ok(());
+        }
+        Err(violation(
+            "updates-only-from-server-in-use",
+            now,
             format!(
-                "{:?} ({} {:?}) told {}",
-                n.watcher,
-                short(w.type_url),
-                w.name,
-                describe(&n.event)
-            )
-        };
-        if let Ctx::Response { server, .. } = ctx {
-            let none = AuthorityModel::default();
-            let a = self.authorities.get(&w.authority).unwrap_or(&none);
-            let pos = a.servers.iter().position(|c| *c == **server);
-            if pos.is_none_or(|p| p >= a.allowed) {
-                return Err(violation(
-                    "updates-only-from-server-in-use",
-                    now,
-                    format!(
-                        "{} by a response from {} ({}), which authority {:?} does not have in \
-                         use (it may use {:?})",
-                        what(),
-                        server.server_uri,
-                        match pos {
-                            Some(p) => format!("its server #{p}"),
-                            None => "not one of its servers".to_string(),
-                        },
-                        w.authority,
-                        a.servers[..a.allowed]
-                            .iter()
-                            .map(|c| c.server_uri.as_str())
-                            .collect::<Vec<_>>()
-                    ),
-                ));
-            }
-        }
-        let fail_on_data_errors = w
-            .servers
-            .first()
-            .is_some_and(|s| s.server_features.fail_on_data_errors);
-        match &n.event {
-            WatchEvent::AmbientError(_) => {
-                if w.held.is_none() {
-                    return Err(violation(
-                        "ambient-needs-state",
-                        now,
-                        format!("{} before any state", what()),
-                    ));
-                }
-            }
-            WatchEvent::Changed(Ok(v)) => {
-                if let Some(Ok(old)) = &w.held
-                    && old == v
-                    && !w.ambient
-                {
-                    return Err(violation(
-                        "no-redundant-update",
-                        now,
-                        format!("{}, equal to what it holds", what()),
-                    ));
-                }
-                let carried = match ctx {
-                    Ctx::Response {
-                        verdict, server, ..
-                    } => verdict.valid.contains_key(&w.name) && w.servers.contains(server),
-                    Ctx::Watch { watcher, .. } => *watcher == n.watcher,
-                    _ => false,
-                };
-                if !carried {
-                    return Err(violation(
-                        "values-come-from-responses",
-                        now,
-                        format!("{} on an input that carried no such value", what()),
-                    ));
-                }
-            }
-            WatchEvent::Changed(Err(e)) => {
-                match &w.held {
-                    Some(Ok(_)) => {
-                        let data_error =
-                            matches!(e.kind, ErrorKind::DoesNotExist | ErrorKind::Invalid)
-                                || (e.kind == ErrorKind::ServerReported
-                                    && e.status.code == Code::PERMISSION_DENIED);
-                        if !(fail_on_data_errors && data_error) {
-                            return Err(violation(
-                                "cached-value-kept",
-                                now,
-                                format!("{} replacing a cached value", what()),
-                            ));
-                        }
-                    }
-                    Some(Err(h))
-                        if h.kind == ErrorKind::DoesNotExist
-                            && e.kind == ErrorKind::Connectivity =>
-                    {
-                        return Err(violation(
-                            "cached-value-kept",
-                            now,
-                            format!(
-                                "{} replacing does-not-exist (a cached state: must be ambient)",
-                                what()
-                            ),
-                        ));
-                    }
-                    _ => {}
-                }
-                if matches!(e.kind, ErrorKind::DoesNotExist | ErrorKind::Timeout) {
-                    self.check_dne(now, ctx, n, e, &what())?;
-                }
-            }
-            other => panic!("the checker does not know the event {other:?}"),
-        }
-        let w = self.watchers.get_mut(&n.watcher).expect("known");
-        match &n.event {
-            WatchEvent::Changed(state) => {
-                w.held = Some(state.clone());
-                w.ambient = false;
-            }
-            WatchEvent::AmbientError(_) => w.ambient = true,
-            _ => {}
-        }
-        Ok(())
+                "{} by a response from {} ({}), which authority {:?} does not have in use \
+                 (it may use {:?})",
+                what(),
+                server.server_uri,
+                match pos {
+                    Some(p) => format!("its server #{p}"),
+                    None => "not one of its servers".to_string(),
+                },
+                w.authority,
+                a.servers[..a.allowed]
+                    .iter()
+                    .map(|c| c.server_uri.as_str())
+                    .collect::<Vec<_>>()
+            ),
+        ))
     }
 
     pub(super) fn check_dne(
@@ -493,4 +447,94 @@ impl CheckedClient {
         }
         Ok(())
     }
+}
+
+/// How a violation names the notification: the watcher, its watch, and the event.
+fn told(n: &Notification, w: &WatcherState) -> String {
+    format!(
+        "{:?} ({} {:?}) told {}",
+        n.watcher,
+        short(w.type_url),
+        w.name,
+        describe(&n.event)
+    )
+}
+
+/// A value is news (not what the watcher holds, unless an error came between), and
+/// comes from the input being handled: a response that carried it valid, from one of
+/// the watch's servers, or the watch itself (a new watcher's cached state).
+fn check_value(
+    now: Instant,
+    ctx: &Ctx,
+    n: &Notification,
+    w: &WatcherState,
+    v: &ResourceValue,
+    what: &dyn Fn() -> String,
+) -> Result<(), Violation> {
+    if let Some(Ok(old)) = &w.held
+        && old == v
+        && !w.ambient
+    {
+        return Err(violation(
+            "no-redundant-update",
+            now,
+            format!("{}, equal to what it holds", what()),
+        ));
+    }
+    let carried = match ctx {
+        Ctx::Response {
+            verdict, server, ..
+        } => verdict.valid.contains_key(&w.name) && w.servers.contains(server),
+        Ctx::Watch { watcher, .. } => *watcher == n.watcher,
+        _ => false,
+    };
+    if carried {
+        return Ok(());
+    }
+    Err(violation(
+        "values-come-from-responses",
+        now,
+        format!("{} on an input that carried no such value", what()),
+    ))
+}
+
+/// An error replaces a cached value only when it is a data error under
+/// `fail_on_data_errors` (A88), and never replaces a does-not-exist with a
+/// connectivity error (that one is ambient).
+fn check_error_replaces(
+    now: Instant,
+    w: &WatcherState,
+    e: &XdsError,
+    what: &dyn Fn() -> String,
+) -> Result<(), Violation> {
+    let fail_on_data_errors = w
+        .servers
+        .first()
+        .is_some_and(|s| s.server_features.fail_on_data_errors);
+    match &w.held {
+        Some(Ok(_)) => {
+            let data_error = matches!(e.kind, ErrorKind::DoesNotExist | ErrorKind::Invalid)
+                || (e.kind == ErrorKind::ServerReported
+                    && e.status.code == Code::PERMISSION_DENIED);
+            if !(fail_on_data_errors && data_error) {
+                return Err(violation(
+                    "cached-value-kept",
+                    now,
+                    format!("{} replacing a cached value", what()),
+                ));
+            }
+        }
+        Some(Err(h)) if h.kind == ErrorKind::DoesNotExist && e.kind == ErrorKind::Connectivity => {
+            return Err(violation(
+                "cached-value-kept",
+                now,
+                format!(
+                    "{} replacing does-not-exist (a cached state: must be ambient)",
+                    what()
+                ),
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
 }
