@@ -99,158 +99,187 @@ impl World {
         }
     }
 
+    /// Draws one fault from the plan's weights (kinds in [`FAULT_NAMES`]'s order) and
+    /// applies it. A kind that needs an open stream, when none is, does nothing.
     pub(super) fn fault(&mut self) -> Result<(), SimFailure> {
         self.stats.faults += 1;
         let kind = self.rng.weighted(&self.plan.fault_weights);
         let open = self.open_conns();
         match kind {
-            0 if !open.is_empty() => {
-                let id = *self.rng.pick(&open);
-                self.note(format_args!("fault: reset conn {id}"));
-                let c = self.conns.get_mut(&id).expect("conn");
-                c.state = ConnState::Closed;
-                let (client, stream, server) = (c.client, c.stream, c.server);
-                self.servers[server].close_stream(id);
-                let status = Status::new(Code::UNAVAILABLE, "stream reset by the network");
-                self.deliver(client, Event::StreamClosed { stream, status })
-            }
-            1 if !open.is_empty() => {
-                let id = *self.rng.pick(&open);
-                let status = if self.rng.chance(0.5) {
-                    Status::new(Code::OK, "")
-                } else {
-                    Status::new(Code::UNAVAILABLE, "max connection age")
-                };
-                self.note(format_args!("fault: server closes conn {id} with {status}"));
-                let server = self.conns[&id].server;
-                self.servers[server].close_stream(id);
-                let lat = self.latency();
-                let c = self.conns.get_mut(&id).expect("conn");
-                let at = (self.now + lat).max(c.s2c_last);
-                c.s2c_last = at;
-                self.schedule(at, Ev::ClientClosed { conn: id, status });
-                Ok(())
-            }
-            2 => {
-                let live: Vec<u64> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| c.state != ConnState::Closed)
-                    .map(|(k, _)| *k)
-                    .collect();
-                if live.is_empty() {
-                    return Ok(());
-                }
-                let id = *self.rng.pick(&live);
-                self.fail_conn(id, "connection reset by peer")
-            }
-            3 => {
-                let client = self.rng.index(self.clients.len());
-                let server = self.rng.index(self.servers.len());
-                let until = self.now + self.rng.millis(5_000, 60_000);
-                let uri = self.servers[server].uri.clone();
-                self.note(format_args!(
-                    "fault: blackhole c{client} -> {uri} until {until}"
-                ));
-                self.blackholes.insert((client, server), until);
-                let hit: Vec<u64> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| {
-                        c.client == client && c.server == server && c.state != ConnState::Closed
-                    })
-                    .map(|(k, _)| *k)
-                    .collect();
-                for id in hit {
-                    let c = self.conns.get_mut(&id).expect("conn");
-                    if c.state == ConnState::Open {
-                        self.partition(id, until);
-                    } else if c.fate == Fate::Normal {
-                        c.fate = Fate::NeverEstablish;
-                        self.schedule(
-                            self.now + CONNECT_TIMEOUT,
-                            Ev::ConnectFail {
-                                conn: id,
-                                reason: "connection attempt timed out",
-                            },
-                        );
-                    }
-                }
-                Ok(())
-            }
-            4 => {
-                let server = self.rng.index(self.servers.len());
-                if !self.servers[server].is_up() {
-                    return Ok(());
-                }
-                let down = self.rng.millis(500, 30_000);
-                let uri = self.servers[server].uri.clone();
-                self.note(format_args!("fault: restart {uri} (down {down:?})"));
-                self.servers[server].restart();
-                self.schedule(self.now + down, Ev::ServerUp { server });
-                let hit: Vec<u64> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| c.server == server && c.state == ConnState::Open)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for id in hit {
-                    let c = self.conns.get_mut(&id).expect("conn");
-                    c.state = ConnState::Closed;
-                    let (client, stream) = (c.client, c.stream);
-                    let status = Status::new(Code::UNAVAILABLE, "server restarted");
-                    self.deliver(client, Event::StreamClosed { stream, status })?;
-                }
-                Ok(())
-            }
-            5 if !open.is_empty() => {
-                let id = *self.rng.pick(&open);
-                self.note(format_args!("fault: junk message on conn {id}"));
-                let (client, stream) = (self.conns[&id].client, self.conns[&id].stream);
-                let bytes = Bytes::from_static(&[0xff, 0xff, 0xff, 0x07]);
-                self.deliver(client, Event::ResponseReceived { stream, bytes })
-            }
-            6 if !open.is_empty() => {
-                let id = *self.rng.pick(&open);
-                let server = self.conns[&id].server;
-                let types = self.servers[server].stream_types(id);
-                if types.is_empty() {
-                    return Ok(());
-                }
-                let t = *self.rng.pick(&types);
-                let fresh = self.rng.chance(0.5);
-                self.duplicate(id, t, fresh);
-                Ok(())
-            }
-            7 => {
-                let dead: Vec<u64> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| c.state == ConnState::Closed)
-                    .map(|(k, _)| *k)
-                    .collect();
-                if dead.is_empty() {
-                    return Ok(());
-                }
-                let id = *self.rng.pick(&dead);
-                let c = self.conns[&id].clone();
-                let event = match self.rng.index(4) {
-                    0 => Event::StreamStarted { stream: c.stream },
-                    1 => Event::RequestSent { stream: c.stream },
-                    2 => Event::ResponseReceived {
-                        stream: c.stream,
-                        bytes: c.last_bytes.unwrap_or_default(),
-                    },
-                    _ => Event::StreamClosed {
-                        stream: c.stream,
-                        status: Status::new(Code::UNAVAILABLE, "late close"),
-                    },
-                };
-                self.note(format_args!("fault: ghost event for conn {id}"));
-                self.deliver(c.client, event)
-            }
+            0 if !open.is_empty() => self.reset_stream(&open),
+            1 if !open.is_empty() => self.server_closes_stream(&open),
+            2 => self.fail_channel(),
+            3 => self.blackhole(),
+            4 => self.restart_server(),
+            5 if !open.is_empty() => self.junk_response(&open),
+            6 if !open.is_empty() => self.duplicate_response(&open),
+            7 => self.ghost_event(),
             _ => Ok(()),
         }
+    }
+
+    /// A stream reset by the network (RST_STREAM): the client hears the close at once.
+    fn reset_stream(&mut self, open: &[u64]) -> Result<(), SimFailure> {
+        let id = *self.rng.pick(open);
+        self.note(format_args!("fault: reset conn {id}"));
+        let c = self.conns.get_mut(&id).expect("conn");
+        c.state = ConnState::Closed;
+        let (client, stream, server) = (c.client, c.stream, c.server);
+        self.servers[server].close_stream(id);
+        let status = Status::new(Code::UNAVAILABLE, "stream reset by the network");
+        self.deliver(client, Event::StreamClosed { stream, status })
+    }
+
+    /// The server ends a stream, with OK or UNAVAILABLE (a maximum connection age):
+    /// the client hears it one latency later.
+    fn server_closes_stream(&mut self, open: &[u64]) -> Result<(), SimFailure> {
+        let id = *self.rng.pick(open);
+        let status = if self.rng.chance(0.5) {
+            Status::new(Code::OK, "")
+        } else {
+            Status::new(Code::UNAVAILABLE, "max connection age")
+        };
+        self.note(format_args!("fault: server closes conn {id} with {status}"));
+        let server = self.conns[&id].server;
+        self.servers[server].close_stream(id);
+        let lat = self.latency();
+        let c = self.conns.get_mut(&id).expect("conn");
+        let at = (self.now + lat).max(c.s2c_last);
+        c.s2c_last = at;
+        self.schedule(at, Ev::ClientClosed { conn: id, status });
+        Ok(())
+    }
+
+    /// A live connection (open or connecting) fails as a whole: its channel reports
+    /// the failure.
+    fn fail_channel(&mut self) -> Result<(), SimFailure> {
+        let live: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.state != ConnState::Closed)
+            .map(|(k, _)| *k)
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let id = *self.rng.pick(&live);
+        self.fail_conn(id, "connection reset by peer")
+    }
+
+    /// A partition between one client and one server for 5–60 s: open connections go
+    /// silent, attempts time out.
+    fn blackhole(&mut self) -> Result<(), SimFailure> {
+        let client = self.rng.index(self.clients.len());
+        let server = self.rng.index(self.servers.len());
+        let until = self.now + self.rng.millis(5_000, 60_000);
+        let uri = self.servers[server].uri.clone();
+        self.note(format_args!(
+            "fault: blackhole c{client} -> {uri} until {until}"
+        ));
+        self.blackholes.insert((client, server), until);
+        let hit: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.client == client && c.server == server && c.state != ConnState::Closed
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for id in hit {
+            let c = self.conns.get_mut(&id).expect("conn");
+            if c.state == ConnState::Open {
+                self.partition(id, until);
+            } else if c.fate == Fate::Normal {
+                c.fate = Fate::NeverEstablish;
+                self.schedule(
+                    self.now + CONNECT_TIMEOUT,
+                    Ev::ConnectFail {
+                        conn: id,
+                        reason: "connection attempt timed out",
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A server goes down for 0.5–30 s: its open streams close at once.
+    fn restart_server(&mut self) -> Result<(), SimFailure> {
+        let server = self.rng.index(self.servers.len());
+        if !self.servers[server].is_up() {
+            return Ok(());
+        }
+        let down = self.rng.millis(500, 30_000);
+        let uri = self.servers[server].uri.clone();
+        self.note(format_args!("fault: restart {uri} (down {down:?})"));
+        self.servers[server].restart();
+        self.schedule(self.now + down, Ev::ServerUp { server });
+        let hit: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.server == server && c.state == ConnState::Open)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in hit {
+            let c = self.conns.get_mut(&id).expect("conn");
+            c.state = ConnState::Closed;
+            let (client, stream) = (c.client, c.stream);
+            let status = Status::new(Code::UNAVAILABLE, "server restarted");
+            self.deliver(client, Event::StreamClosed { stream, status })?;
+        }
+        Ok(())
+    }
+
+    /// An undecodable message on an open stream.
+    fn junk_response(&mut self, open: &[u64]) -> Result<(), SimFailure> {
+        let id = *self.rng.pick(open);
+        self.note(format_args!("fault: junk message on conn {id}"));
+        let (client, stream) = (self.conns[&id].client, self.conns[&id].stream);
+        let bytes = Bytes::from_static(&[0xff, 0xff, 0xff, 0x07]);
+        self.deliver(client, Event::ResponseReceived { stream, bytes })
+    }
+
+    /// A response sent twice on an open stream (fresh: a new nonce; else a replay).
+    fn duplicate_response(&mut self, open: &[u64]) -> Result<(), SimFailure> {
+        let id = *self.rng.pick(open);
+        let server = self.conns[&id].server;
+        let types = self.servers[server].stream_types(id);
+        if types.is_empty() {
+            return Ok(());
+        }
+        let t = *self.rng.pick(&types);
+        let fresh = self.rng.chance(0.5);
+        self.duplicate(id, t, fresh);
+        Ok(())
+    }
+
+    /// An event for a stream that has already closed (a late report from its task).
+    fn ghost_event(&mut self) -> Result<(), SimFailure> {
+        let dead: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.state == ConnState::Closed)
+            .map(|(k, _)| *k)
+            .collect();
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let id = *self.rng.pick(&dead);
+        let c = self.conns[&id].clone();
+        let event = match self.rng.index(4) {
+            0 => Event::StreamStarted { stream: c.stream },
+            1 => Event::RequestSent { stream: c.stream },
+            2 => Event::ResponseReceived {
+                stream: c.stream,
+                bytes: c.last_bytes.unwrap_or_default(),
+            },
+            _ => Event::StreamClosed {
+                stream: c.stream,
+                status: Status::new(Code::UNAVAILABLE, "late close"),
+            },
+        };
+        self.note(format_args!("fault: ghost event for conn {id}"));
+        self.deliver(c.client, event)
     }
 
     pub(super) fn heal(&mut self) -> Result<(), SimFailure> {
