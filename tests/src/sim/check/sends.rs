@@ -101,6 +101,49 @@ impl CheckedClient {
         stream: StreamId,
         req: &DiscoveryRequest,
     ) -> Result<(), Violation> {
+        let server = self.check_request_may_go(now, stream, req)?;
+        let names = self.names_verdict(server, req);
+        self.step.requests.push((
+            stream,
+            server,
+            req.type_url.clone(),
+            req.resource_names.clone(),
+        ));
+        let accepted = self.servers[&server]
+            .accepted
+            .get(&req.type_url)
+            .cloned()
+            .unwrap_or_default();
+        let s = self.streams.get_mut(&stream).expect("live");
+        s.requests += 1;
+        let st = s.types.entry(req.type_url.clone()).or_default();
+        check_ack(now, stream, req, st, &accepted)?;
+        st.pending_nack = false;
+        st.requested = true;
+        if let Err(expected) = names {
+            return Err(violation(
+                "request-names-are-subscription",
+                now,
+                format!(
+                    "{} request names {:?}, watched {expected}",
+                    short(&req.type_url),
+                    req.resource_names
+                ),
+            ));
+        }
+        s.outstanding = Some((req.type_url.clone(), req.resource_names.clone()));
+        Ok(())
+    }
+
+    /// A request may go on a live stream with no request waiting to be sent, for a
+    /// registered type, with the node on the stream's first request only. Returns the
+    /// stream's server.
+    fn check_request_may_go(
+        &self,
+        now: Instant,
+        stream: StreamId,
+        req: &DiscoveryRequest,
+    ) -> Result<ServerId, Violation> {
         let Some(s) = self.streams.get(&stream).filter(|s| s.alive) else {
             return Err(violation(
                 "request-on-live-stream",
@@ -137,106 +180,37 @@ impl CheckedClient {
                 ),
             ));
         }
-        let server = s.server;
-        let config = self.servers[&server].config.clone();
-        let accepted = self.servers[&server]
-            .accepted
-            .get(&req.type_url)
-            .cloned()
-            .unwrap_or_default();
-        // Names of single-server authorities must be there; names of authorities with
-        // fallback servers may be (which of them are in use is A71's business).
+        Ok(s.server)
+    }
+
+    /// Whether the request's names are the subscription to `server`: sorted, without
+    /// duplicates, every name watched only through this server, and no name not
+    /// watched through it. Names of authorities with fallback servers may be there
+    /// (which of them are in use is A71's business). The error says what was expected.
+    fn names_verdict(&self, server: ServerId, req: &DiscoveryRequest) -> Result<(), String> {
+        let config = &self.servers[&server].config;
         let of_type = || {
             self.watchers
                 .values()
                 .filter(|w| w.type_url == req.type_url)
         };
         let must: BTreeSet<&str> = of_type()
-            .filter(|w| w.servers.len() == 1 && w.servers[0] == *config)
+            .filter(|w| w.servers.len() == 1 && w.servers[0] == **config)
             .map(|w| w.name.as_str())
             .collect();
         let may: BTreeSet<&str> = of_type()
-            .filter(|w| w.servers.contains(&config))
+            .filter(|w| w.servers.contains(config))
             .map(|w| w.name.as_str())
             .collect();
         let sorted = req.resource_names.windows(2).all(|p| p[0] < p[1]);
         let names: BTreeSet<&str> = req.resource_names.iter().map(String::as_str).collect();
-        let names_ok = sorted && must.is_subset(&names) && names.is_subset(&may);
-        self.step.requests.push((
-            stream,
-            server,
-            req.type_url.clone(),
-            req.resource_names.clone(),
-        ));
-        let expected = format!("all of {must:?}, within {may:?}, sorted, no duplicates");
-        let s = self.streams.get_mut(&stream).expect("live");
-        s.requests += 1;
-        let st = s.types.entry(req.type_url.clone()).or_default();
-        let ty = short(&req.type_url);
-        if req.response_nonce != st.nonce {
-            return Err(violation(
-                "nonce-is-last-received",
-                now,
-                format!(
-                    "{ty} request on {stream:?} has nonce {:?}, last received {:?}",
-                    req.response_nonce, st.nonce
-                ),
-            ));
+        if sorted && must.is_subset(&names) && names.is_subset(&may) {
+            Ok(())
+        } else {
+            Err(format!(
+                "all of {must:?}, within {may:?}, sorted, no duplicates"
+            ))
         }
-        if req.version_info != accepted {
-            return Err(violation(
-                "version-is-last-accepted",
-                now,
-                format!(
-                    "{ty} request on {stream:?} has version {:?}, last accepted {accepted:?}",
-                    req.version_info
-                ),
-            ));
-        }
-        match (&req.error_detail, st.pending_nack) {
-            (Some(d), false) => {
-                return Err(violation(
-                    "nack-only-for-rejected",
-                    now,
-                    format!(
-                        "{ty} NACK ({:?}) but the last response was valid or already answered",
-                        d.message
-                    ),
-                ));
-            }
-            (None, true) => {
-                return Err(violation(
-                    "rejected-response-is-nacked",
-                    now,
-                    format!(
-                        "{ty} request acks version {:?} of a response with invalid content",
-                        req.version_info
-                    ),
-                ));
-            }
-            (Some(d), true) if d.message.is_empty() || d.message.len() > MAX_NACK_DETAIL_BYTES => {
-                return Err(violation(
-                    "nack-detail-bounded",
-                    now,
-                    format!("NACK detail of {} bytes", d.message.len()),
-                ));
-            }
-            _ => {}
-        }
-        st.pending_nack = false;
-        st.requested = true;
-        if !names_ok {
-            return Err(violation(
-                "request-names-are-subscription",
-                now,
-                format!(
-                    "{ty} request names {:?}, watched {expected:?}",
-                    req.resource_names
-                ),
-            ));
-        }
-        s.outstanding = Some((req.type_url.clone(), req.resource_names.clone()));
-        Ok(())
     }
 
     pub(super) fn on_close_action(
@@ -291,5 +265,64 @@ impl CheckedClient {
             }
         }
         Ok(())
+    }
+}
+
+/// The request answers the stream's last response of its type: that response's nonce,
+/// the last accepted version, and a NACK (with a bounded, non-empty detail) exactly
+/// when the response was rejected.
+fn check_ack(
+    now: Instant,
+    stream: StreamId,
+    req: &DiscoveryRequest,
+    st: &StreamTypeModel,
+    accepted: &str,
+) -> Result<(), Violation> {
+    let ty = short(&req.type_url);
+    if req.response_nonce != st.nonce {
+        return Err(violation(
+            "nonce-is-last-received",
+            now,
+            format!(
+                "{ty} request on {stream:?} has nonce {:?}, last received {:?}",
+                req.response_nonce, st.nonce
+            ),
+        ));
+    }
+    if req.version_info != accepted {
+        return Err(violation(
+            "version-is-last-accepted",
+            now,
+            format!(
+                "{ty} request on {stream:?} has version {:?}, last accepted {accepted:?}",
+                req.version_info
+            ),
+        ));
+    }
+    match (&req.error_detail, st.pending_nack) {
+        (Some(d), false) => Err(violation(
+            "nack-only-for-rejected",
+            now,
+            format!(
+                "{ty} NACK ({:?}) but the last response was valid or already answered",
+                d.message
+            ),
+        )),
+        (None, true) => Err(violation(
+            "rejected-response-is-nacked",
+            now,
+            format!(
+                "{ty} request acks version {:?} of a response with invalid content",
+                req.version_info
+            ),
+        )),
+        (Some(d), true) if d.message.is_empty() || d.message.len() > MAX_NACK_DETAIL_BYTES => {
+            Err(violation(
+                "nack-detail-bounded",
+                now,
+                format!("NACK detail of {} bytes", d.message.len()),
+            ))
+        }
+        _ => Ok(()),
     }
 }
