@@ -497,37 +497,29 @@ struct World {
     converged_at: Option<Instant>,
 }
 
-impl World {
-    fn new(seed: u64, opts: SimOptions) -> Result<World, SimFailure> {
-        let mut rng = SimRng::new(seed);
-        let plan = Plan::draw(&mut rng);
-        let fail = |rule: &str, detail: String| SimFailure {
-            seed,
-            rule: rule.to_string(),
-            at: Instant::ZERO,
-            detail,
-            plan: plan.summary(),
-            trace: Vec::new(),
-        };
-        check_fixtures().map_err(|d| fail("fixtures-decode-as-intended", d))?;
+/// Which of the (up to four) servers speak delta: drawn from a stream of its own, so
+/// that a seed's plan and faults do not depend on it.
+fn delta_servers(seed: u64, opts: &SimOptions) -> Vec<bool> {
+    let mut variant = SimRng::new(seed ^ 0xde17_a0de_17a0_de17);
+    let mode = variant.index(3);
+    (0..4)
+        .map(|_| match opts.delta {
+            Some(all) => all,
+            None => mode == 1 || (mode == 2 && variant.chance(0.5)),
+        })
+        .collect()
+}
 
-        // Which servers speak delta: drawn from a stream of its own, so that a seed's
-        // plan and faults do not depend on it.
-        let mut variant = SimRng::new(seed ^ 0xde17_a0de_17a0_de17);
-        let mode = variant.index(3);
-        let delta: Vec<bool> = (0..4)
-            .map(|_| match opts.delta {
-                Some(all) => all,
-                None => mode == 1 || (mode == 2 && variant.chance(0.5)),
-            })
-            .collect();
-        let Topology {
-            servers,
-            groups,
-            top_list,
-            authorities,
-        } = Topology::lay_out(&plan, &delta);
-
+impl SimClient {
+    /// The plan's clients, each a checked core on a bootstrap of the laid-out servers
+    /// and authorities, its seed drawn from `rng`. An error is a rule and its detail.
+    fn for_plan(
+        plan: &Plan,
+        top_list: &[String],
+        authorities: &str,
+        rng: &mut SimRng,
+        opts: &SimOptions,
+    ) -> Result<Vec<SimClient>, (&'static str, String)> {
         let mut clients = Vec::new();
         for i in 0..plan.clients {
             let json = format!(
@@ -535,7 +527,7 @@ impl World {
                 top_list.join(", ")
             );
             let bootstrap = Bootstrap::from_json_str(&json)
-                .map_err(|e| fail("sim-bootstrap", format!("{e}: {json}")))?;
+                .map_err(|e| ("sim-bootstrap", format!("{e}: {json}")))?;
             let mut config = XdsClientConfig::new(bootstrap);
             config.resource_timeout = plan.resource_timeout;
             // A88's 30 s for 15 s, scaled like the plan's timeout.
@@ -553,6 +545,34 @@ impl World {
                 keepalive: plan.keepalive[i],
             });
         }
+        Ok(clients)
+    }
+}
+
+impl World {
+    fn new(seed: u64, opts: SimOptions) -> Result<World, SimFailure> {
+        let mut rng = SimRng::new(seed);
+        let plan = Plan::draw(&mut rng);
+        let fail = |rule: &str, detail: String| SimFailure {
+            seed,
+            rule: rule.to_string(),
+            at: Instant::ZERO,
+            detail,
+            plan: plan.summary(),
+            trace: Vec::new(),
+        };
+        check_fixtures().map_err(|d| fail("fixtures-decode-as-intended", d))?;
+
+        let delta = delta_servers(seed, &opts);
+        let Topology {
+            servers,
+            groups,
+            top_list,
+            authorities,
+        } = Topology::lay_out(&plan, &delta);
+
+        let clients = SimClient::for_plan(&plan, &top_list, &authorities, &mut rng, &opts)
+            .map_err(|(rule, detail)| fail(rule, detail))?;
 
         let start = Instant::from_secs(1_000);
         let heal_at = start + plan.safety;
@@ -586,24 +606,31 @@ impl World {
             stats: SimStats::default(),
             converged_at: None,
         };
-        // The initial snapshots: about two thirds of the names exist.
-        for g in 0..world.groups.len() {
-            for (t, name) in world.groups[g].names.clone() {
-                if world.rng.chance(0.65) {
-                    world.set_resource(g, t, &name, SimResource::Valid(1));
+        world.begin();
+        Ok(world)
+    }
+
+    /// The initial snapshots (about two thirds of the names exist), and the first of
+    /// each recurring event: every client's churn, the updates, the faults, then the
+    /// heal and the end.
+    fn begin(&mut self) {
+        let start = self.now;
+        for g in 0..self.groups.len() {
+            for (t, name) in self.groups[g].names.clone() {
+                if self.rng.chance(0.65) {
+                    self.set_resource(g, t, &name, SimResource::Valid(1));
                 }
             }
         }
-        for c in 0..world.clients.len() {
-            world.schedule(start, Ev::Churn { client: c });
+        for c in 0..self.clients.len() {
+            self.schedule(start, Ev::Churn { client: c });
         }
-        let update = world.rng.exp_millis(world.plan.update_mean_ms);
-        world.schedule(start + update, Ev::Update);
-        let fault = world.rng.exp_millis(world.plan.fault_mean_ms);
-        world.schedule(start + fault, Ev::Fault);
-        world.schedule(heal_at, Ev::Heal);
-        world.schedule(world.end_at, Ev::End);
-        Ok(world)
+        let update = self.rng.exp_millis(self.plan.update_mean_ms);
+        self.schedule(start + update, Ev::Update);
+        let fault = self.rng.exp_millis(self.plan.fault_mean_ms);
+        self.schedule(start + fault, Ev::Fault);
+        self.schedule(self.heal_at, Ev::Heal);
+        self.schedule(self.end_at, Ev::End);
     }
 
     fn run(mut self) -> Result<SimReport, SimFailure> {
