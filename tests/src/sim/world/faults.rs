@@ -99,8 +99,9 @@ impl World {
         }
     }
 
-    /// Draws one fault from the plan's weights (kinds in [`FAULT_NAMES`]'s order) and
-    /// applies it. A kind that needs an open stream, when none is, does nothing.
+    /// Draws one fault from the plan's weights (kinds in the order of
+    /// `plan::FAULT_NAMES`) and applies it. A kind that needs an open stream, when none
+    /// is, does nothing.
     pub(super) fn fault(&mut self) -> Result<(), SimFailure> {
         self.stats.faults += 1;
         let kind = self.rng.weighted(&self.plan.fault_weights);
