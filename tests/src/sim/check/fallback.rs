@@ -129,7 +129,14 @@ impl CheckedClient {
     /// (`updates-only-from-server-in-use`).
     pub fn check_fallback(&mut self, now: Instant) -> Result<(), Violation> {
         let step = std::mem::take(&mut self.step);
-        // Watched authorities use their primary; unwatched ones nothing.
+        self.follow_watched_authorities();
+        self.allow_fallback_where_due();
+        self.check_step_requests(now, &step)?;
+        self.check_open_streams(now, &step)
+    }
+
+    /// Watched authorities use their primary (at least); unwatched ones use nothing.
+    fn follow_watched_authorities(&mut self) {
         let mut watched: BTreeMap<Option<String>, Vec<ServerConfig>> = BTreeMap::new();
         for w in self.watchers.values() {
             watched.entry(w.authority.clone()).or_insert_with(|| {
@@ -153,7 +160,11 @@ impl CheckedClient {
             a.servers = servers;
             a.allowed = a.allowed.max(1).min(a.servers.len());
         }
-        // Fallback is allowed while its conditions hold.
+    }
+
+    /// Fallback is allowed, one server further at a time, while its conditions hold:
+    /// an uncached watched resource, and every server before the next one failed.
+    fn allow_fallback_where_due(&mut self) {
         let keys: Vec<Option<String>> = self
             .authorities
             .iter()
@@ -175,11 +186,15 @@ impl CheckedClient {
                 a.cut.remove(&k);
             }
         }
-        // Requests name an authority's resources only on servers it may use. In the step
-        // that takes a server out of use, the client drops one authority at a time: a
-        // request emitted before it got to this one may still name its resources, if
-        // the stream is closed or the next request unsubscribes them (checked below
-        // and when that request is emitted).
+    }
+
+    /// Requests name an authority's resources only on servers it may use. In the step
+    /// that takes a server out of use, the client drops one authority at a time: a
+    /// request emitted before it got to this one may still name its resources, if the
+    /// stream is closed or the next request unsubscribes them (checked by
+    /// [`check_open_streams`](Self::check_open_streams) and when that request is
+    /// emitted).
+    fn check_step_requests(&self, now: Instant, step: &FallbackStep) -> Result<(), Violation> {
         for (stream, server, type_url, names) in &step.requests {
             for name in names {
                 let authority = authority_of(name);
@@ -196,12 +211,17 @@ impl CheckedClient {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// An open stream needs an authority that may use its server (else the authority
+    /// it was last taken out of use for, if any, is blamed), and an idle stream's
+    /// subscription is only what the client has in use.
+    fn check_open_streams(&self, now: Instant, step: &FallbackStep) -> Result<(), Violation> {
         for (id, sm) in &self.servers {
             let Some(stream) = sm.current else {
                 continue;
             };
-            // An open stream needs an authority that may use its server. Else blame the
-            // authority it was last taken out of use for, if any.
             let mut listed = None;
             let mut needed = false;
             for (key, a) in self.authorities.iter().filter(|(_, a)| a.allowed > 0) {
@@ -220,7 +240,6 @@ impl CheckedClient {
                 };
                 return Err(self.fallback_violation(now, key, k, what));
             }
-            // An idle stream's subscription is what the client has in use.
             let s = &self.streams[&stream];
             if s.outstanding.is_some() {
                 continue;
