@@ -19,7 +19,7 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::{builtin_types, type_url};
 
-use super::{CheckedClient, Violation, short, violation};
+use super::{CheckedClient, StreamTypeModel, Violation, short, violation};
 
 /// A delta response as the SotW response a client must judge the same way, and the
 /// names it removes (canonical). `None` when the bytes are no delta response.
@@ -86,7 +86,8 @@ fn canonical(name: &str) -> String {
 }
 
 impl CheckedClient {
-    /// A delta request the client emitted on `stream`.
+    /// A delta request the client emitted on `stream`: checked by the delta rules, then
+    /// as the SotW request it amounts to (the tracked names, the accepted version).
     pub(super) fn on_send_delta(
         &mut self,
         now: Instant,
@@ -100,62 +101,16 @@ impl CheckedClient {
                 format!("delta request on {stream:?}, not open"),
             ));
         };
+        let server = s.server;
         let st = s.types.get(&req.type_url).cloned().unwrap_or_default();
-        let ty = short(&req.type_url);
-        let (sub, unsub) = (
-            &req.resource_names_subscribe,
-            &req.resource_names_unsubscribe,
-        );
-        if !st.requested && sub.is_empty() {
-            return Err(violation(
-                "no-accidental-wildcard",
-                now,
-                format!("the first {ty} request on {stream:?} subscribes nothing (a wildcard)"),
-            ));
-        }
-        // The oldest unanswered response is answered first, each by its own request.
-        let answering = st.acks_due.front().cloned();
-        let expected_nonce = answering.as_ref().map_or("", |(nonce, _)| nonce.as_str());
-        if req.response_nonce != expected_nonce {
-            return Err(violation(
-                "delta-nonce-acks-each-response-once",
-                now,
-                format!(
-                    "{ty} delta request on {stream:?} has nonce {:?}; expected {expected_nonce:?}",
-                    req.response_nonce
-                ),
-            ));
-        }
-        if st.requested && answering.is_none() && sub.is_empty() && unsub.is_empty() {
-            return Err(violation(
-                "delta-request-has-reason",
-                now,
-                format!("{ty} delta request on {stream:?} changes nothing and answers nothing"),
-            ));
-        }
-        let sorted = |l: &[String]| l.windows(2).all(|p| p[0] < p[1]);
-        let subs: BTreeSet<&String> = sub.iter().collect();
-        if !sorted(sub) || !sorted(unsub) || unsub.iter().any(|n| subs.contains(n)) {
-            return Err(violation(
-                "delta-changes-well-formed",
-                now,
-                format!("{ty} subscribe {sub:?} unsubscribe {unsub:?}: sorted, disjoint"),
-            ));
-        }
-        if let Some(n) = unsub.iter().find(|n| !st.tracked.contains(*n)) {
-            return Err(violation(
-                "delta-unsubscribe-tracked",
-                now,
-                format!("{ty} unsubscribes {n:?}, which the server does not track"),
-            ));
-        }
+        let answering = check_delta_changes(now, stream, req, &st)?;
         self.check_initial_versions(now, st.requested, req)?;
         let mut tracked = st.tracked.clone();
-        for n in unsub {
+        for n in &req.resource_names_unsubscribe {
             tracked.remove(n);
         }
-        tracked.extend(sub.iter().cloned());
-        let accepted = self.servers[&s.server]
+        tracked.extend(req.resource_names_subscribe.iter().cloned());
+        let accepted = self.servers[&server]
             .accepted
             .get(&req.type_url)
             .cloned()
@@ -232,4 +187,65 @@ impl CheckedClient {
         }
         Ok(())
     }
+}
+
+/// A delta request's own rules, against its type's model `st` on the stream: the first
+/// subscribes something (no accidental wildcard); the oldest unanswered response is
+/// answered first, each by its own request; a request changes or answers something;
+/// its lists are sorted and disjoint, and it unsubscribes only tracked names. Returns
+/// the response it answers (nonce, and whether it was rejected), if any.
+fn check_delta_changes(
+    now: Instant,
+    stream: StreamId,
+    req: &DeltaDiscoveryRequest,
+    st: &StreamTypeModel,
+) -> Result<Option<(String, bool)>, Violation> {
+    let ty = short(&req.type_url);
+    let (sub, unsub) = (
+        &req.resource_names_subscribe,
+        &req.resource_names_unsubscribe,
+    );
+    if !st.requested && sub.is_empty() {
+        return Err(violation(
+            "no-accidental-wildcard",
+            now,
+            format!("the first {ty} request on {stream:?} subscribes nothing (a wildcard)"),
+        ));
+    }
+    let answering = st.acks_due.front().cloned();
+    let expected_nonce = answering.as_ref().map_or("", |(nonce, _)| nonce.as_str());
+    if req.response_nonce != expected_nonce {
+        return Err(violation(
+            "delta-nonce-acks-each-response-once",
+            now,
+            format!(
+                "{ty} delta request on {stream:?} has nonce {:?}; expected {expected_nonce:?}",
+                req.response_nonce
+            ),
+        ));
+    }
+    if st.requested && answering.is_none() && sub.is_empty() && unsub.is_empty() {
+        return Err(violation(
+            "delta-request-has-reason",
+            now,
+            format!("{ty} delta request on {stream:?} changes nothing and answers nothing"),
+        ));
+    }
+    let sorted = |l: &[String]| l.windows(2).all(|p| p[0] < p[1]);
+    let subs: BTreeSet<&String> = sub.iter().collect();
+    if !sorted(sub) || !sorted(unsub) || unsub.iter().any(|n| subs.contains(n)) {
+        return Err(violation(
+            "delta-changes-well-formed",
+            now,
+            format!("{ty} subscribe {sub:?} unsubscribe {unsub:?}: sorted, disjoint"),
+        ));
+    }
+    if let Some(n) = unsub.iter().find(|n| !st.tracked.contains(*n)) {
+        return Err(violation(
+            "delta-unsubscribe-tracked",
+            now,
+            format!("{ty} unsubscribes {n:?}, which the server does not track"),
+        ));
+    }
+    Ok(answering)
 }
