@@ -102,23 +102,76 @@ impl CheckedClient {
         }
     }
 
+    /// Checks one step of the client: each action as it comes, then what the step's
+    /// input (`ctx`) requires of the whole step.
     pub(super) fn process(
         &mut self,
         now: Instant,
         ctx: &Ctx,
         actions: &[Action],
     ) -> Result<(), Violation> {
-        let mut heard: BTreeMap<WatcherId, Vec<WatchEvent>> = BTreeMap::new();
-        // The watchers holding an ambient error and a value: only they hear the value
-        // again when the error clears (A88).
-        let ambient_before: BTreeMap<WatcherId, ResourceValue> = (self.watchers.iter())
+        let ambient_before = self.ambient_values();
+        let (heard, started) = self.apply_actions(now, ctx, actions)?;
+        match ctx {
+            Ctx::Watch { watcher, pre } => {
+                self.check_initial_state(now, *watcher, pre.as_ref(), &heard, actions)?
+            }
+            Ctx::Cancel | Ctx::Quiet => {
+                if let Some((w, events)) = heard.iter().next() {
+                    return Err(violation(
+                        "no-notification-without-cause",
+                        now,
+                        format!("{w:?} told {events:?} on an input that changes no resource"),
+                    ));
+                }
+            }
+            Ctx::Response { .. } | Ctx::Timeout { .. } => {
+                self.check_notify_all(now, &heard, &ambient_before)?
+            }
+            Ctx::Closed {
+                server,
+                saw_response: true,
+            } => self.check_restart_after_response(now, *server, &heard, &started)?,
+            Ctx::Closed {
+                server,
+                saw_response: false,
+            }
+            | Ctx::Connectivity { server } => {
+                if started.contains(server) {
+                    return Err(violation(
+                        "backoff-respected",
+                        now,
+                        "a new stream started in the same step as a connectivity failure",
+                    ));
+                }
+                self.check_connectivity_reported(now, *server, &heard)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The watchers holding an ambient error and a value: only they hear the value
+    /// again when the error clears (A88).
+    fn ambient_values(&self) -> BTreeMap<WatcherId, ResourceValue> {
+        (self.watchers.iter())
             .filter(|(_, w)| w.ambient)
             .filter_map(|(id, w)| match &w.held {
                 Some(Ok(v)) => Some((*id, v.clone())),
                 _ => None,
             })
-            .collect();
-        let mut started: BTreeSet<ServerId> = BTreeSet::new();
+            .collect()
+    }
+
+    /// Checks each action in turn; returns what each watcher heard, and the servers
+    /// a stream was started to.
+    fn apply_actions(
+        &mut self,
+        now: Instant,
+        ctx: &Ctx,
+        actions: &[Action],
+    ) -> Result<(Heard, BTreeSet<ServerId>), Violation> {
+        let mut heard = Heard::new();
+        let mut started = BTreeSet::new();
         for action in actions {
             match action {
                 Action::StartStream {
@@ -144,62 +197,39 @@ impl CheckedClient {
                 other => panic!("the checker does not know the action {other:?}"),
             }
         }
-        match ctx {
-            Ctx::Watch { watcher, pre } => {
-                self.check_initial_state(now, *watcher, pre.as_ref(), &heard, actions)?
-            }
-            Ctx::Cancel | Ctx::Quiet => {
-                if let Some((w, events)) = heard.iter().next() {
-                    return Err(violation(
-                        "no-notification-without-cause",
-                        now,
-                        format!("{w:?} told {events:?} on an input that changes no resource"),
-                    ));
-                }
-            }
-            Ctx::Response { .. } | Ctx::Timeout { .. } => {
-                self.check_notify_all(now, &heard, &ambient_before)?
-            }
-            Ctx::Closed {
-                server,
-                saw_response: true,
-            } => {
-                if !heard.is_empty() {
-                    return Err(violation(
-                        "restart-after-response",
-                        now,
-                        format!(
-                            "a stream closed after a response must not notify anyone: {heard:?}"
-                        ),
-                    ));
-                }
-                let config = self.servers[server].config.clone();
-                if self.watchers_on(&config) > 0 && !started.contains(server) {
-                    return Err(violation(
-                        "restart-after-response",
-                        now,
-                        format!(
-                            "the stream to {} closed after a response: expected a new stream at once",
-                            config.server_uri
-                        ),
-                    ));
-                }
-            }
-            Ctx::Closed {
-                server,
-                saw_response: false,
-            }
-            | Ctx::Connectivity { server } => {
-                if started.contains(server) {
-                    return Err(violation(
-                        "backoff-respected",
-                        now,
-                        "a new stream started in the same step as a connectivity failure",
-                    ));
-                }
-                self.check_connectivity_reported(now, *server, &heard)?;
-            }
+        Ok((heard, started))
+    }
+
+    /// A stream that closed after a response notifies no one, and is replaced at once
+    /// while the server has watchers.
+    fn check_restart_after_response(
+        &self,
+        now: Instant,
+        server: ServerId,
+        heard: &Heard,
+        started: &BTreeSet<ServerId>,
+    ) -> Result<(), Violation> {
+        if !heard.is_empty() {
+            return Err(violation(
+                "restart-after-response",
+                now,
+                format!("a stream closed after a response must not notify anyone: {heard:?}"),
+            ));
+        }
+        let config = &self.servers[&server].config;
+        if self.watchers_on(config) > 0 && !started.contains(&server) {
+            return Err(violation(
+                "restart-after-response",
+                now,
+                format!(
+                    "the stream to {} closed after a response: expected a new stream at once",
+                    config.server_uri
+                ),
+            ));
         }
         Ok(())
     }
 }
+
+/// What each watcher heard in one step, in order.
+type Heard = BTreeMap<WatcherId, Vec<WatchEvent>>;
