@@ -167,6 +167,21 @@ struct StreamModel {
     types: BTreeMap<String, StreamTypeModel>,
 }
 
+impl StreamModel {
+    /// The outstanding request went out: its names count as sent from `now` (or from
+    /// when an earlier request sent them), and names it dropped no longer do.
+    fn request_sent(&mut self, now: Instant) {
+        if let Some((type_url, names)) = self.outstanding.take() {
+            let st = self.types.entry(type_url).or_default();
+            st.sent.retain(|n, _| names.contains(n));
+            for n in names {
+                st.ever_sent.insert(n.clone());
+                st.sent.entry(n).or_insert(now);
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct ServerModel {
     config: Arc<ServerConfig>,
@@ -531,43 +546,7 @@ impl CheckedClient {
         if stale {
             return self.stale_event(now, event);
         }
-        let ctx = match &event {
-            Event::StreamStarted { stream } => {
-                let s = self.streams.get_mut(stream).expect("live");
-                s.connected_since.get_or_insert(now);
-                Ctx::Quiet
-            }
-            Event::RequestSent { stream } => {
-                let s = self.streams.get_mut(stream).expect("live");
-                if let Some((type_url, names)) = s.outstanding.take() {
-                    let st = s.types.entry(type_url).or_default();
-                    st.sent.retain(|n, _| names.contains(n));
-                    for n in names {
-                        st.ever_sent.insert(n.clone());
-                        st.sent.entry(n).or_insert(now);
-                    }
-                }
-                Ctx::Quiet
-            }
-            Event::ResponseReceived { stream, bytes } => self.before_response(now, *stream, bytes),
-            Event::StreamClosed { stream, .. } => {
-                let s = self.streams.get_mut(stream).expect("live");
-                s.alive = false;
-                let (server, saw_response) = (s.server, s.saw_response);
-                self.servers.get_mut(&server).expect("server").current = None;
-                self.stream_ended(now, server, saw_response)
-            }
-            Event::ConnectivityFailure { server, .. } => {
-                if let Some(current) = self.servers[server].current {
-                    self.streams
-                        .get_mut(&current)
-                        .expect("current")
-                        .connected_since = None;
-                }
-                Ctx::Connectivity { server: *server }
-            }
-            other => panic!("the checker does not know the event {other:?}"),
-        };
+        let ctx = self.before_event(now, &event);
         let pre = match ctx {
             Ctx::Response { .. } => self.client.resource_snapshot(),
             _ => Vec::new(),
@@ -598,6 +577,43 @@ impl CheckedClient {
         }
         self.after_step(now)?;
         Ok(actions)
+    }
+
+    /// Updates the models for a live stream's (or a known server's) event before the
+    /// client handles it, and returns the context its actions are judged in.
+    fn before_event(&mut self, now: Instant, event: &Event) -> Ctx {
+        match event {
+            Event::StreamStarted { stream } => {
+                let s = self.streams.get_mut(stream).expect("live");
+                s.connected_since.get_or_insert(now);
+                Ctx::Quiet
+            }
+            Event::RequestSent { stream } => {
+                self.streams
+                    .get_mut(stream)
+                    .expect("live")
+                    .request_sent(now);
+                Ctx::Quiet
+            }
+            Event::ResponseReceived { stream, bytes } => self.before_response(now, *stream, bytes),
+            Event::StreamClosed { stream, .. } => {
+                let s = self.streams.get_mut(stream).expect("live");
+                s.alive = false;
+                let (server, saw_response) = (s.server, s.saw_response);
+                self.servers.get_mut(&server).expect("server").current = None;
+                self.stream_ended(now, server, saw_response)
+            }
+            Event::ConnectivityFailure { server, .. } => {
+                if let Some(current) = self.servers[server].current {
+                    self.streams
+                        .get_mut(&current)
+                        .expect("current")
+                        .connected_since = None;
+                }
+                Ctx::Connectivity { server: *server }
+            }
+            other => panic!("the checker does not know the event {other:?}"),
+        }
     }
 
     /// `XdsClient::handle_timeout`, checked.
