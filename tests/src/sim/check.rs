@@ -168,6 +168,19 @@ struct StreamModel {
 }
 
 impl StreamModel {
+    /// A stream just started to `server`.
+    fn new(server: ServerId) -> StreamModel {
+        StreamModel {
+            server,
+            alive: true,
+            requests: 0,
+            outstanding: None,
+            connected_since: None,
+            saw_response: false,
+            types: BTreeMap::new(),
+        }
+    }
+
     /// The outstanding request went out: its names count as sent from `now` (or from
     /// when an earlier request sent them), and names it dropped no longer do.
     fn request_sent(&mut self, now: Instant) {

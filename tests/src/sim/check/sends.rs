@@ -71,7 +71,8 @@ impl CheckedClient {
                     "backoff-respected",
                     now,
                     format!(
-                        "after {} failed stream(s) to {}, the next started {waited:?} later; allowed {lo:?}..={hi:?}",
+                        "after {} failed stream(s) to {}, the next started {waited:?} later; \
+                         allowed {lo:?}..={hi:?}",
                         sm.failures, config.server_uri
                     ),
                 ));
@@ -80,18 +81,7 @@ impl CheckedClient {
         sm.current = Some(stream);
         sm.in_use = true;
         self.step.started.insert(server);
-        self.streams.insert(
-            stream,
-            StreamModel {
-                server,
-                alive: true,
-                requests: 0,
-                outstanding: None,
-                connected_since: None,
-                saw_response: false,
-                types: BTreeMap::new(),
-            },
-        );
+        self.streams.insert(stream, StreamModel::new(server));
         Ok(())
     }
 
