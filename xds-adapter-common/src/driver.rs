@@ -50,6 +50,14 @@ const INBOUND_BUFFER: usize = 2;
 /// a request went out, and sends the next type's.
 const BATCH: usize = 1024;
 
+/// The most inputs the driver handles back to back before it lets its thread run other
+/// tasks once. A driver kept busy (responses arriving as fast as it takes them) would
+/// otherwise hold its thread: futures' channels spend none of tokio's cooperative
+/// budget, and on tokio a task the driver wakes (a watch stream's reader) waits in its
+/// worker's LIFO slot, which no other worker steals from (tokio#4941), until the driver
+/// runs out of input.
+const INPUTS_PER_YIELD: u32 = 64;
+
 /// A command from a handle to the driver.
 pub(crate) enum Command {
     /// A watch the handle's checker has accepted.
@@ -131,6 +139,9 @@ pub(crate) struct Driver<R: Runtime> {
     responding: Option<StreamId>,
     /// The types whose requests are held while a burst of their watches comes in.
     holds: Holds,
+    /// Inputs handled since the input queues were last empty (see
+    /// [`INPUTS_PER_YIELD`]).
+    ready_streak: u32,
 }
 
 impl<R: Runtime> Driver<R> {
@@ -159,6 +170,7 @@ impl<R: Runtime> Driver<R> {
             wall_clock,
             responding: None,
             holds: Holds::default(),
+            ready_streak: 0,
         }
     }
 
@@ -168,7 +180,20 @@ impl<R: Runtime> Driver<R> {
         let shutdown_reply = loop {
             self.drain_actions();
             self.arm_timer();
-            let input = futures::future::poll_fn(|cx| self.poll_input(cx)).await;
+            if self.ready_streak >= INPUTS_PER_YIELD {
+                self.ready_streak = 0;
+                yield_now().await;
+            }
+            let input = futures::future::poll_fn(|cx| {
+                let input = self.poll_input(cx);
+                self.ready_streak = if input.is_pending() {
+                    0
+                } else {
+                    self.ready_streak + 1
+                };
+                input
+            })
+            .await;
             match input {
                 Input::Task(message) => {
                     let now = self.rt.now();
@@ -179,7 +204,10 @@ impl<R: Runtime> Driver<R> {
                     // A task this one woke (a stream task given a request) would wait
                     // in its worker's next-task slot, which no other worker takes from,
                     // until the burst is through.
-                    Batch::Full => yield_now().await,
+                    Batch::Full => {
+                        self.ready_streak = 0;
+                        yield_now().await
+                    }
                     Batch::Done => {}
                 },
                 Input::Released(id) => self.configs.on_released(&mut self.core, id),
@@ -501,5 +529,121 @@ impl<R: Runtime> Driver<R> {
         self.configs.close_all();
         self.subscribers.clear();
         self.sleep = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake, Waker};
+
+    use xds_proto_core::{Bootstrap, XdsClientConfig};
+
+    use super::*;
+    use crate::events::subscription;
+
+    /// A runtime that runs nothing and connects nowhere: the test polls the driver
+    /// itself.
+    #[derive(Clone)]
+    struct Idle;
+
+    impl Runtime for Idle {
+        type TcpStream = futures::io::Cursor<Vec<u8>>;
+
+        fn current() -> Result<Self, String> {
+            Ok(Idle)
+        }
+
+        fn spawn(&self, _task: BoxFuture<()>) {}
+
+        fn now(&self) -> Instant {
+            Instant::ZERO
+        }
+
+        fn sleep(&self, _duration: std::time::Duration) -> BoxFuture<()> {
+            Box::pin(futures::future::pending())
+        }
+
+        fn connect_tcp(&self, _: &str, _: u16) -> BoxFuture<std::io::Result<Self::TcpStream>> {
+            Box::pin(async { Err(std::io::ErrorKind::Unsupported.into()) })
+        }
+    }
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A driver given a thousand ready inputs at once hands its thread back after
+    /// every [`INPUTS_PER_YIELD`] of them (it returns `Pending` having woken itself),
+    /// instead of holding it until the queue is empty.
+    #[test]
+    fn a_flood_of_inputs_yields_the_thread_every_few() {
+        const FLOOD: usize = 1_000;
+        let bootstrap = Bootstrap::from_json_str(
+            r#"{"xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
+                "node": {"id": "n"}}"#,
+        )
+        .expect("a valid bootstrap");
+        let core = XdsClient::new(XdsClientConfig::new(bootstrap), 1);
+        let (commands_tx, commands) = mpsc::unbounded();
+        let metrics = MetricsExporter::new(Arc::from("test"), None, Instant::ZERO);
+        let driver = Driver::new(core, Idle, TransportSettings::default(), commands, metrics);
+        let reports = driver.tasks.report_sender();
+        let (events_tx, mut events) = subscription(2 * FLOOD);
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut run = Box::pin(driver.run());
+        let mut heard = |cx: &mut Context<'_>| {
+            let mut n = 0;
+            while let Poll::Ready(Some(_)) = events.poll_next_unpin(cx) {
+                n += 1;
+            }
+            n
+        };
+
+        commands_tx
+            .unbounded_send(Command::Subscribe(events_tx))
+            .expect("the driver runs");
+        assert!(run.as_mut().poll(&mut cx).is_pending());
+        for _ in 0..FLOOD {
+            let closed = TaskMessage::ConnectionClosed {
+                server: ServerId::from_raw(0),
+                server_uri: Arc::from("xds.example:443"),
+                error: None,
+            };
+            reports.unbounded_send(closed).expect("the driver runs");
+        }
+        let mut polls = Vec::new();
+        let mut total = 0;
+        while total < FLOOD {
+            let woken = wakes.0.load(Ordering::SeqCst);
+            assert!(run.as_mut().poll(&mut cx).is_pending());
+            let n = heard(&mut cx);
+            total += n;
+            polls.push(n);
+            assert!(polls.len() <= FLOOD, "no progress: {polls:?}");
+            if total < FLOOD {
+                assert!(
+                    wakes.0.load(Ordering::SeqCst) > woken,
+                    "the driver stopped with input left and did not wake itself: {polls:?}"
+                );
+            }
+        }
+        assert!(
+            polls.iter().all(|&n| n <= INPUTS_PER_YIELD as usize),
+            "at most {INPUTS_PER_YIELD} inputs between yields: {polls:?}"
+        );
+        assert_eq!(polls.len(), FLOOD.div_ceil(INPUTS_PER_YIELD as usize));
+        commands_tx
+            .unbounded_send(Command::Shutdown(oneshot::channel().0))
+            .expect("the driver runs");
+        assert!(run.as_mut().poll(&mut cx).is_ready(), "it shuts down");
     }
 }

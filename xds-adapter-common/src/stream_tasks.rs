@@ -127,6 +127,12 @@ pub(crate) struct StreamTasks<R: Runtime> {
 }
 
 impl<R: Runtime> StreamTasks<R> {
+    /// Where the stream tasks report: for tests that play a task.
+    #[cfg(test)]
+    pub(crate) fn report_sender(&self) -> UnboundedSender<TaskMessage> {
+        self.reports.clone()
+    }
+
     pub(crate) fn new(
         rt: R,
         settings: TransportSettings,
