@@ -195,6 +195,9 @@ impl StreamModel {
     }
 }
 
+/// What each watcher heard in one client step, in order.
+type Heard = BTreeMap<WatcherId, Vec<WatchEvent>>;
+
 #[derive(Clone, Debug)]
 struct ServerModel {
     config: Arc<ServerConfig>,

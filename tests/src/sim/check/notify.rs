@@ -241,7 +241,7 @@ impl CheckedClient {
         now: Instant,
         watcher: WatcherId,
         pre: Option<&ResourceSnapshot>,
-        heard: &BTreeMap<WatcherId, Vec<WatchEvent>>,
+        heard: &Heard,
         actions: &[Action],
     ) -> Result<(), Violation> {
         if let Some((other, _)) = heard.iter().find(|(w, _)| **w != watcher) {
@@ -322,7 +322,7 @@ impl CheckedClient {
     pub(super) fn check_notify_all(
         &self,
         now: Instant,
-        heard: &BTreeMap<WatcherId, Vec<WatchEvent>>,
+        heard: &Heard,
         ambient_before: &BTreeMap<WatcherId, ResourceValue>,
     ) -> Result<(), Violation> {
         for (id, events) in heard {
@@ -358,7 +358,7 @@ impl CheckedClient {
         &self,
         now: Instant,
         server: ServerId,
-        heard: &BTreeMap<WatcherId, Vec<WatchEvent>>,
+        heard: &Heard,
     ) -> Result<(), Violation> {
         let config = self.servers[&server].config.clone();
         for (id, w) in &self.watchers {

@@ -230,6 +230,3 @@ impl CheckedClient {
         Ok(())
     }
 }
-
-/// What each watcher heard in one step, in order.
-type Heard = BTreeMap<WatcherId, Vec<WatchEvent>>;
