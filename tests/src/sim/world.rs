@@ -459,11 +459,7 @@ impl World {
                 (Some((t, i)), e) if e.is_none_or(|e| t <= e) => {
                     self.now = self.now.max(t);
                     self.note(format_args!("c{i} timeout"));
-                    let actions = self.clients[i]
-                        .cc
-                        .timeout(self.now)
-                        .map_err(|v| self.violation(v))?;
-                    self.stats.client_steps += 1;
+                    let actions = self.client_step(i, |cc, now| cc.timeout(now))?;
                     self.apply(i, actions)?;
                 }
                 (_, Some(_)) => {
@@ -504,6 +500,18 @@ impl World {
             plan: format!("{}; delta servers {:?}", self.plan.summary(), self.delta),
             trace: self.trace.clone(),
         }
+    }
+
+    /// One step of a client's checked core at the current time, counted; a broken
+    /// invariant fails the run.
+    fn client_step<T>(
+        &mut self,
+        client: usize,
+        step: impl FnOnce(&mut CheckedClient, Instant) -> Result<T, Violation>,
+    ) -> Result<T, SimFailure> {
+        let out = step(&mut self.clients[client].cc, self.now).map_err(|v| self.violation(v))?;
+        self.stats.client_steps += 1;
+        Ok(out)
     }
 
     fn violation(&self, v: Violation) -> SimFailure {
@@ -584,11 +592,7 @@ impl World {
         if matches!(event, Event::ResponseReceived { .. }) {
             self.stats.responses += 1;
         }
-        let actions = self.clients[client]
-            .cc
-            .event(self.now, event)
-            .map_err(|v| self.violation(v))?;
-        self.stats.client_steps += 1;
+        let actions = self.client_step(client, |cc, now| cc.event(now, event))?;
         self.apply(client, actions)
     }
 

@@ -24,11 +24,7 @@ impl World {
         } else {
             let w = *self.rng.pick(&active);
             self.note(format_args!("c{client} cancel {w:?}"));
-            let actions = self.clients[client]
-                .cc
-                .cancel(self.now, w)
-                .map_err(|v| self.violation(v))?;
-            self.stats.client_steps += 1;
+            let actions = self.client_step(client, |cc, now| cc.cancel(now, w))?;
             self.apply(client, actions)
         }
     }
@@ -39,11 +35,7 @@ impl World {
         t: &'static str,
         name: &str,
     ) -> Result<(), SimFailure> {
-        let (result, actions) = self.clients[client]
-            .cc
-            .watch(self.now, t, name)
-            .map_err(|v| self.violation(v))?;
-        self.stats.client_steps += 1;
+        let (result, actions) = self.client_step(client, |cc, now| cc.watch(now, t, name))?;
         self.note(format_args!(
             "c{client} watch {} {name:?} -> {result:?}",
             short(t)
