@@ -74,6 +74,56 @@ fn listeners_decode_with_their_routes_and_the_router_last() {
 }
 
 #[test]
+fn serving_listener_is_a_server_listener_on_its_address_with_non_forwarding_routes() {
+    let addr: std::net::SocketAddr = "127.0.0.1:50051".parse().unwrap();
+    let any = resources::serving_listener(resources::SERVER_LISTENER_TEMPLATE, addr);
+    let decoded = decode_listener(&any).expect("a valid server listener");
+    assert_eq!(
+        decoded.name,
+        "grpc/server?xds.resource.listening_address=127.0.0.1:50051"
+    );
+    match decoded.kind {
+        ListenerKind::Server {
+            address,
+            port,
+            filter_chain_count,
+            has_default_filter_chain,
+        } => {
+            assert_eq!((address.as_str(), port), ("127.0.0.1", 50051));
+            assert_eq!((filter_chain_count, has_default_filter_chain), (1, false));
+        }
+        other => panic!("expected a server listener, got {other:?}"),
+    }
+    let v6: std::net::SocketAddr = "[::1]:8080".parse().unwrap();
+    assert_eq!(
+        resources::server_listener_name("grpc/server?xds.resource.listening_address=%s", v6),
+        "grpc/server?xds.resource.listening_address=[::1]:8080"
+    );
+
+    // The chain's one network filter is an HttpConnectionManager the core accepts, with
+    // inline routes whose one route serves every path without forwarding.
+    let listener =
+        xds_proto_core::pb::envoy::config::listener::v3::Listener::decode(any.value.as_ref())
+            .unwrap();
+    let chain = &listener.filter_chains[0];
+    assert!(chain.transport_socket.is_none(), "plaintext");
+    let Some(xds_proto_core::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(
+        manager,
+    )) = &chain.filters[0].config_type
+    else {
+        panic!("the filter has no typed_config")
+    };
+    assert_eq!(manager.type_url, resources::HCM_TYPE_URL);
+    let manager = Message::decode(manager.value.as_ref()).unwrap();
+    let hcm = client_hcm(&resources::listener_of("as-client", &manager));
+    let RouteSource::Inline(rc) = hcm.route_config else {
+        panic!("expected inline routes, got {:?}", hcm.route_config)
+    };
+    let route = &rc.virtual_hosts[0].routes[0];
+    assert_eq!(route.action, route::RouteAction::NonForwarding);
+}
+
+#[test]
 fn route_configurations_keep_prefixes_weights_and_vhost_names() {
     let rc = resources::route_config_msg("rc", "c");
     assert_eq!(rc.virtual_hosts[0].name, "rc-vhost");

@@ -1,14 +1,16 @@
-//! Builders of xDS resources from the core's prost types: Listener, RouteConfiguration,
-//! Cluster and ClusterLoadAssignment, each as its message (`*_msg`, or the message
-//! builders of routes) and packed in a `google.protobuf.Any`, valid by default and
-//! deliberately invalid where a test needs a NACK. [`mesh`] holds the large Istio-like
-//! fixtures of the benchmarks.
+//! Builders of xDS resources from the core's prost types: Listener (client and server),
+//! RouteConfiguration, Cluster and ClusterLoadAssignment, each as its message (`*_msg`,
+//! or the message builders of routes) and packed in a `google.protobuf.Any`, valid by
+//! default and deliberately invalid where a test needs a NACK. [`mesh`] holds the large
+//! Istio-like fixtures of the benchmarks.
 //!
 //! Every builder's documentation says which of its fields gRPC (and so the core's
 //! decoders) requires for the resource to be accepted. In short:
 //! - a client Listener needs an `api_listener` holding an `HttpConnectionManager` whose
 //!   routes come from RDS (config source ADS or self, non-empty name) or inline, and
 //!   whose HTTP filters end with the router, each filter named once with a typed config;
+//!   a server Listener (A36, [`serving_listener`]) needs the server's own address and
+//!   filter chains whose HttpConnectionManager routes carry `non_forwarding_action`;
 //! - a route needs a matcher with a path specifier (prefix, path or safe_regex) and, to
 //!   forward, a non-empty cluster, weighted clusters with a non-zero sum, or a declared
 //!   cluster specifier plugin;
@@ -34,11 +36,13 @@ mod endpoint;
 mod listener;
 pub mod mesh;
 mod route;
+mod server_listener;
 
 pub use cluster::*;
 pub use endpoint::*;
 pub use listener::*;
 pub use route::*;
+pub use server_listener::*;
 
 pub use xds_proto_core::resource::listener::{
     HTTP_CONNECTION_MANAGER_TYPE_URL as HCM_TYPE_URL, ROUTER_FILTER_TYPE_URL as ROUTER_TYPE_URL,
