@@ -47,9 +47,18 @@ const ROUTES: &str = "echo-routes";
 const CLUSTER: &str = "go-echo";
 const BACKENDS: [&str; 2] = ["go-0", "go-1"];
 const RPCS: u64 = 100;
-/// Each backend's ORCA flags: the metrics its per-call reports carry.
-const ORCA: [&[&str]; 2] = [
-    &["-orca", "-cpu-utilization", "0.25", "-qps", "40"],
+/// Each backend's flags: the metrics its ORCA per-call reports carry, and for `go-0` a
+/// maintenance server (CSDS, channelz, health) beside it.
+const FLAGS: [&[&str]; 2] = [
+    &[
+        "-orca",
+        "-cpu-utilization",
+        "0.25",
+        "-qps",
+        "40",
+        "-maintenance-port",
+        "0",
+    ],
     &["-orca", "-application-utilization", "0.5", "-eps", "2"],
 ];
 
@@ -66,8 +75,8 @@ impl GoMesh {
         let control_plane = LoopbackServer::start();
         let bootstrap = BootstrapFile::new(&control_plane, "grpc-go-interop", None);
         let mut backends = Vec::new();
-        for (name, orca) in BACKENDS.into_iter().zip(ORCA) {
-            backends.push(GoServer::start(binary, &bootstrap, name, orca).await);
+        for (name, flags) in BACKENDS.into_iter().zip(FLAGS) {
+            backends.push(GoServer::start(binary, &bootstrap, name, flags).await);
         }
         let mut listeners = vec![listener(LISTENER, ROUTES)];
         listeners.extend(
@@ -122,7 +131,17 @@ async fn grpc_go_client_reaches_both_grpc_go_servers_through_the_loopback_contro
     let report = run_client(
         &binary,
         &mesh.bootstrap,
-        &["-target", TARGET, "-rpcs", &rpcs],
+        // xDS credentials: the cluster has no UpstreamTlsContext, so they fall back to
+        // plaintext (the mTLS cases will give it one).
+        &[
+            "-target",
+            TARGET,
+            "-rpcs",
+            &rpcs,
+            "-concurrency",
+            "4",
+            "-xds-creds",
+        ],
     )
     .await;
     println!("gRPC-Go client: {report:?}");
