@@ -90,6 +90,7 @@ pub fn echo_request(message: &str) -> tonic::Request<EchoRequest> {
 
 #[derive(Debug, Default)]
 struct Counters {
+    received: AtomicU64,
     served: AtomicU64,
     failed: AtomicU64,
     failing: AtomicBool,
@@ -160,6 +161,12 @@ impl EchoBackend {
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// RPCs received so far, answered or not (one still waiting out its
+    /// [`EchoRequest::delay_ms`] is counted).
+    pub fn received(&self) -> u64 {
+        self.counters.received.load(Ordering::Relaxed)
     }
 
     /// RPCs answered with a reply.
@@ -258,6 +265,7 @@ impl tonic::server::UnaryService<EchoRequest> for EchoMethod {
         let service = self.0.clone();
         async move {
             let request = request.into_inner();
+            service.counters.received.fetch_add(1, Ordering::Relaxed);
             if request.delay_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(u64::from(request.delay_ms))).await;
             }

@@ -7,8 +7,9 @@
 //! retiring its connection). It follows the server's frame boundaries (9-byte headers,
 //! payloads skipped) only to know where a frame may be inserted.
 //!
-//! Like [`LoopbackServer`](crate::LoopbackServer) it runs on the calling tokio runtime,
-//! or on a thread of its own when there is none.
+//! It counts the connections it accepted and those still open (a client that closes
+//! its connection is seen here). Like [`LoopbackServer`](crate::LoopbackServer) it runs
+//! on the calling tokio runtime, or on a thread of its own when there is none.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -49,11 +50,13 @@ struct Shared {
     upstream: SocketAddr,
     silent: AtomicBool,
     accepted: AtomicUsize,
+    open: AtomicUsize,
     links: Mutex<Vec<mpsc::UnboundedSender<Command>>>,
 }
 
+/// A command to one relayed connection, acknowledged once carried out.
 enum Command {
-    BlackHole,
+    BlackHole(oneshot::Sender<()>),
     GoAway(oneshot::Sender<()>),
 }
 
@@ -72,6 +75,7 @@ impl FaultProxy {
             upstream,
             silent: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
             links: Mutex::new(Vec::new()),
         });
         let (stop, stopped) = oneshot::channel::<()>();
@@ -89,14 +93,22 @@ impl FaultProxy {
                     accepted = listener.accept() => {
                         let Ok((client, _)) = accepted else { continue };
                         accept_shared.accepted.fetch_add(1, Ordering::SeqCst);
+                        let open = OpenLink::new(&accept_shared);
                         let _ = client.set_nodelay(true);
                         if accept_shared.silent.load(Ordering::SeqCst) {
-                            links.spawn(swallow(client));
+                            links.spawn(async move {
+                                swallow(client).await;
+                                drop(open);
+                            });
                             continue;
                         }
                         let (tx, commands) = mpsc::unbounded_channel();
                         accept_shared.lock_links().push(tx);
-                        links.spawn(relay(client, accept_shared.upstream, commands));
+                        let upstream = accept_shared.upstream;
+                        links.spawn(async move {
+                            relay(client, upstream, commands).await;
+                            drop(open);
+                        });
                     }
                     Some(_) = links.join_next(), if !links.is_empty() => {}
                 }
@@ -115,9 +127,26 @@ impl FaultProxy {
         self.addr.to_string()
     }
 
+    /// The address it listens on (for an endpoint of a cluster).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
     /// How many connections it has accepted.
     pub fn connections(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// How many of them are still open: neither the client nor the upstream server has
+    /// closed them (a black-holed or silent connection stays open until the client
+    /// closes it).
+    pub fn open_connections(&self) -> usize {
+        self.shared.open.load(Ordering::SeqCst)
     }
 
     /// Whether connections accepted from now on are held open in silence (read and
@@ -128,24 +157,29 @@ impl FaultProxy {
 
     /// Black-holes every open connection: from now on nothing is forwarded in either
     /// direction, and nothing is closed. Connections accepted later are relayed.
-    pub fn black_hole(&self) {
-        for link in self.shared.lock_links().iter() {
-            let _ = link.send(Command::BlackHole);
-        }
+    /// Returns how many connections were black-holed, once they all are (bytes sent
+    /// after that reach no server).
+    pub async fn black_hole(&self) -> usize {
+        self.command_all(Command::BlackHole).await
     }
 
     /// Sends a GOAWAY to the client on every open connection, between two of the
     /// server's frames; returns how many connections it was written to once it was.
     /// The server is not told: it goes on serving the open streams.
     pub async fn send_goaway(&self) -> usize {
-        let mut written = Vec::new();
+        self.command_all(Command::GoAway).await
+    }
+
+    /// Sends a command to every open connection; returns how many carried it out.
+    async fn command_all(&self, command: fn(oneshot::Sender<()>) -> Command) -> usize {
+        let mut done = Vec::new();
         self.shared.lock_links().retain(|link| {
             let (tx, rx) = oneshot::channel();
-            written.push(rx);
-            link.send(Command::GoAway(tx)).is_ok()
+            done.push(rx);
+            link.send(command(tx)).is_ok()
         });
         let mut count = 0;
-        for rx in written {
+        for rx in done {
             count += usize::from(rx.await.is_ok());
         }
         count
@@ -155,6 +189,22 @@ impl FaultProxy {
 impl Shared {
     fn lock_links(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::UnboundedSender<Command>>> {
         self.links.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Counts one open connection for as long as it lives.
+struct OpenLink(Arc<Shared>);
+
+impl OpenLink {
+    fn new(shared: &Arc<Shared>) -> OpenLink {
+        shared.open.fetch_add(1, Ordering::SeqCst);
+        OpenLink(shared.clone())
+    }
+}
+
+impl Drop for OpenLink {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -198,7 +248,10 @@ async fn relay(
                 }
             }
             Some(command) = commands.recv() => match command {
-                Command::BlackHole => black_holed = true,
+                Command::BlackHole(done) => {
+                    black_holed = true;
+                    let _ = done.send(());
+                }
                 Command::GoAway(done) => {
                     goaways.push(done);
                     if frames.at_boundary()

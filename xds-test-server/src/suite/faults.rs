@@ -197,7 +197,7 @@ pub async fn silent_server_mid_stream<R: Runtime>(keepalive: bool) {
     );
 
     let silent_at = rt.now();
-    proxy.black_hole();
+    proxy.black_hole().await;
     let window = settings.interval + settings.timeout + SLACK;
     if !keepalive {
         let during = updates_during(&rt, &mut cds, window).await;
@@ -434,7 +434,7 @@ pub async fn default_keepalive_detects_a_silent_server<R: Runtime>() {
     let mut cds = client.watch::<Cds>("cluster-1").await.expect("watch");
     next_value(&rt, &mut cds).await;
     let silent_at = rt.now();
-    proxy.black_hole();
+    proxy.black_hole().await;
     let defaults = KeepaliveSettings::default();
     let limit = defaults.interval + defaults.timeout + SLACK;
     let error = record_until(
