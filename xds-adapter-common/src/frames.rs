@@ -30,6 +30,15 @@ pub(crate) const KEEPALIVE_TIMED_OUT: &str = "keep-alive timed out";
 /// connection ended first (with why).
 pub(crate) type Handshake = Result<(), String>;
 
+/// Why a connection stopped taking new streams.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Retired {
+    /// The server sent GOAWAY: the streams on the connection go on until they end.
+    GoingAway,
+    /// The connection ended, with the error that ended it, if any.
+    Ended(Option<String>),
+}
+
 /// The state of one connection that its reader, its connection task and the channel
 /// slot share.
 #[derive(Debug)]
@@ -44,12 +53,21 @@ pub(crate) struct ConnectionState {
     end: Mutex<End>,
 }
 
-/// Whether the connection has ended and why; who waits for it.
+/// Whether the connection has ended and why; who waits for it (or for a GOAWAY).
 #[derive(Debug, Default)]
 struct End {
     ended: bool,
     error: Option<String>,
     waiting: Vec<Waker>,
+}
+
+impl End {
+    /// Registers `waker` (once, however often the waiting future is polled).
+    fn wait(&mut self, waker: &Waker) {
+        if !self.waiting.iter().any(|w| w.will_wake(waker)) {
+            self.waiting.push(waker.clone());
+        }
+    }
 }
 
 impl ConnectionState {
@@ -69,6 +87,13 @@ impl ConnectionState {
     /// Whether the server has sent GOAWAY: the connection takes no new streams.
     pub(crate) fn is_going_away(&self) -> bool {
         self.going_away.load(Ordering::Acquire)
+    }
+
+    /// The server sent GOAWAY: whoever waits for the connection's retirement is woken.
+    fn goaway_received(&self) {
+        self.going_away.store(true, Ordering::Release);
+        let mut end = self.end.lock().unwrap_or_else(|e| e.into_inner());
+        end.waiting.drain(..).for_each(Waker::wake);
     }
 
     /// Reading from the server ended: it closed the connection, or the socket failed.
@@ -115,7 +140,23 @@ impl ConnectionState {
             if end.ended {
                 return Poll::Ready(end.error.clone());
             }
-            end.waiting.push(cx.waker().clone());
+            end.wait(cx.waker());
+            Poll::Pending
+        })
+    }
+
+    /// Completes when the connection stops taking new streams: at the server's GOAWAY
+    /// (the streams on it go on) or at its end, whichever comes first.
+    pub(crate) fn retired(&self) -> impl Future<Output = Retired> + '_ {
+        future::poll_fn(move |cx| {
+            let mut end = self.end.lock().unwrap_or_else(|e| e.into_inner());
+            if end.ended {
+                return Poll::Ready(Retired::Ended(end.error.clone()));
+            }
+            if self.is_going_away() {
+                return Poll::Ready(Retired::GoingAway);
+            }
+            end.wait(cx.waker());
             Poll::Pending
         })
     }
@@ -200,7 +241,7 @@ impl FrameWatcher {
                 state.settings_received();
             }
             match kind {
-                FRAME_GOAWAY => state.going_away.store(true, Ordering::Release),
+                FRAME_GOAWAY => state.goaway_received(),
                 FRAME_PING if flags & FLAG_ACK != 0 => {
                     state.ping_unanswered.store(false, Ordering::Release);
                 }
@@ -297,6 +338,52 @@ mod tests {
             watcher.observe(std::slice::from_ref(byte));
         }
         assert!(state.is_going_away());
+    }
+
+    #[test]
+    fn retirement_is_the_first_of_goaway_and_the_end() {
+        use futures::FutureExt;
+        use futures::task::{ArcWake, waker};
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl ArcWake for Count {
+            fn wake_by_ref(arc: &Arc<Self>) {
+                arc.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (state, _handshake) = ConnectionState::new();
+        let mut watcher = FrameWatcher::new(state.clone());
+        watcher.observe(&frame(FRAME_SETTINGS, 0, &[]));
+        let woken = Arc::new(Count(Default::default()));
+        let waker = waker(woken.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut retired = Box::pin(state.retired());
+        for _ in 0..3 {
+            assert_eq!(retired.as_mut().poll(&mut cx), Poll::Pending, "open");
+        }
+        watcher.observe(&frame(
+            FRAME_GOAWAY,
+            0,
+            &[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0],
+        ));
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "woken once by the GOAWAY"
+        );
+        assert_eq!(
+            retired.as_mut().poll(&mut cx),
+            Poll::Ready(Retired::GoingAway)
+        );
+
+        let (state, _handshake) = ConnectionState::new();
+        state.settings_received();
+        let mut retired = Box::pin(state.retired());
+        assert_eq!(retired.as_mut().now_or_never(), None);
+        assert!(state.ended(Some("reset")));
+        assert_eq!(
+            retired.now_or_never(),
+            Some(Retired::Ended(Some("reset".into())))
+        );
     }
 
     /// hyper sometimes ends a connection whose keepalive PING went unanswered without

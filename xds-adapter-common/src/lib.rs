@@ -19,7 +19,8 @@
 //!   dependency manager inside the driver and yields each resolved `XdsConfig` with
 //!   its gRFC A31 config selector ([`ConfigUpdate`]); dropping it cancels its watches;
 //! - the **ADS transport** (`transport`, `ads`): one HTTP/2 connection per server
-//!   (TCP, then rustls for `tls` channel credentials, then the HTTP/2 handshake),
+//!   (TCP, then rustls for `tls` channel credentials, then the HTTP/2 handshake up
+//!   to the server's SETTINGS),
 //!   carrying `StreamAggregatedResources` (or `DeltaAggregatedResources` to a server
 //!   whose bootstrap entry asks for delta) through tonic's generic client with a codec
 //!   that encodes the core's `AdsRequest` or `DeltaRequest` (names shared, not copied)
@@ -29,7 +30,8 @@
 //!   as a channel; per RPC it routes with the config stream's selector (A31), applies
 //!   the route's timeout and retry policy (A44), and picks an endpoint with the core's
 //!   sans-IO load balancer (`xds_proto_core::lb`), over one HTTP/2 connection per
-//!   endpoint in use;
+//!   endpoint in use, made as the ADS connections are (READY at the server's
+//!   SETTINGS);
 //! - **metrics** ([`metrics`]): the core's gRFC A78 XdsClient metrics, exported
 //!   through the `metrics` facade on an interval, on demand and when a client stops.
 //!

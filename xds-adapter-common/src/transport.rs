@@ -1,10 +1,12 @@
-//! Connections to xDS servers: target parsing, the connection attempt (TCP, then TLS
-//! for `tls` credentials, then the HTTP/2 handshake until the server's SETTINGS
-//! arrive), HTTP/2 keepalive, and the tower service tonic's client runs on. One
-//! connection per server is kept and shared by that server's successive ADS streams
-//! until it closes, the server sends GOAWAY, or the core drops the channel.
+//! Connections to xDS servers and to the `xds:///` channel's endpoints: target parsing,
+//! the one connection attempt both use (TCP, then TLS for `tls` credentials, then the
+//! HTTP/2 handshake until the server's SETTINGS arrive, all under the connect
+//! timeout), HTTP/2 keepalive, and the tower service tonic's client runs on. One
+//! connection per xDS server is kept and shared by that server's successive ADS
+//! streams until it closes, the server sends GOAWAY, or the core drops the channel.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,8 +41,9 @@ pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// to be dead: 20 s, gRPC's default `GRPC_ARG_KEEPALIVE_TIMEOUT_MS`.
 pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// HTTP/2 keepalive on the ADS connections: how a server that goes silent mid-stream
-/// is detected.
+/// HTTP/2 keepalive: how a server that goes silent mid-stream is detected, on ADS
+/// connections (on by default) and on an `XdsChannel`'s endpoint connections (off by
+/// default, as in gRPC's data-plane channels).
 ///
 /// The rule (hyper's HTTP/2 keepalive, which the adapter configures): while at least
 /// one stream is open on a connection, a PING is sent once `interval` has passed since
@@ -48,7 +51,9 @@ pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// a PING; SETTINGS, WINDOW_UPDATE and the server's own PINGs do not count). If its
 /// ACK has not arrived `timeout` after the PING was sent, the connection is closed
 /// ("keep-alive timed out") and every stream on it ends with UNAVAILABLE, which the
-/// core treats as any broken stream (backoff, retry, fallback). A server silent since
+/// core treats as any broken stream (backoff, retry, fallback), and the channel as a
+/// failed attempt (its route's retry policy applies; the endpoint goes IDLE and
+/// reconnects). A server silent since
 /// its last frame at `t` is therefore detected at `t + interval + timeout` (the timers
 /// run on the adapter's runtime). No PINGs are sent on a connection without streams,
 /// as gRPC clients do not by default (`GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS` 0).
@@ -72,17 +77,21 @@ impl Default for KeepaliveSettings {
     }
 }
 
-/// Transport settings of a client, beyond what the bootstrap says.
+/// Transport settings of a client's ADS connections (beyond what the bootstrap says),
+/// or of an `XdsChannel`'s endpoint connections
+/// ([`TransportSettings::endpoint_defaults`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransportSettings {
-    /// The largest `DiscoveryResponse` accepted, in bytes.
+    /// The largest `DiscoveryResponse` accepted, in bytes (ADS only: a channel's RPCs
+    /// are bounded by the tonic client's own limit).
     pub max_receive_message_size: usize,
     /// How long one connection attempt may take: TCP, TLS, and until the server's
     /// first HTTP/2 frame (its SETTINGS) has been read. A connection counts as
     /// connected only then; at the deadline the attempt is a connectivity failure.
     pub connect_timeout: Duration,
-    /// HTTP/2 keepalive; `None` turns it off. On by default
-    /// ([`DEFAULT_KEEPALIVE_INTERVAL`], [`DEFAULT_KEEPALIVE_TIMEOUT`]).
+    /// HTTP/2 keepalive; `None` turns it off. On by default for ADS
+    /// ([`DEFAULT_KEEPALIVE_INTERVAL`], [`DEFAULT_KEEPALIVE_TIMEOUT`]), off by default
+    /// for endpoint connections ([`TransportSettings::endpoint_defaults`]).
     pub keepalive: Option<KeepaliveSettings>,
     /// The HTTP/2 stream flow-control window, in bytes.
     pub initial_stream_window_size: u32,
@@ -98,6 +107,22 @@ impl Default for TransportSettings {
             keepalive: Some(KeepaliveSettings::default()),
             initial_stream_window_size: 4 * 1024 * 1024,
             initial_connection_window_size: 8 * 1024 * 1024,
+        }
+    }
+}
+
+impl TransportSettings {
+    /// The defaults of an `XdsChannel`'s endpoint connections: [`Default`]'s, with
+    /// keepalive off, as gRPC's data-plane channels have it (grpc-go's
+    /// `keepalive.ClientParameters.Time` and C-core's `GRPC_ARG_KEEPALIVE_TIME_MS`
+    /// default to infinity on clients). A backend that goes silent while READY is then
+    /// noticed only by the RPCs' deadlines; set [`keepalive`](Self::keepalive) (with an
+    /// interval the backends' servers permit, 5 min for gRPC servers by default) to
+    /// close such a connection and move its RPCs on.
+    pub fn endpoint_defaults() -> TransportSettings {
+        TransportSettings {
+            keepalive: None,
+            ..TransportSettings::default()
         }
     }
 }
@@ -159,7 +184,7 @@ pub(crate) struct Connection {
 impl Connection {
     /// Whether a new stream may use it: open, and not being closed by the server
     /// (GOAWAY).
-    fn takes_new_streams(&self) -> bool {
+    pub(crate) fn takes_new_streams(&self) -> bool {
         !self.send.is_closed() && !self.state.is_going_away()
     }
 
@@ -172,23 +197,73 @@ impl Connection {
 trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
-/// Connects to `config`'s server: TCP, TLS, the HTTP/2 handshake, and until the
-/// server's SETTINGS frame has been read, all bounded by the connect timeout. At the
-/// deadline (or on any failure) the half-open connection is dropped. `on_closed` runs
-/// when an established connection ends, with the error that ended it, if any.
+/// Where a connection attempt goes: the host and port to dial, with TLS or without,
+/// and how its errors name the peer. An xDS server's comes from its bootstrap entry;
+/// an endpoint's is its address (plaintext: A29 security is not applied to endpoint
+/// connections yet).
+#[derive(Clone, Debug)]
+pub(crate) struct Peer {
+    target: Target,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// How errors name the peer: the server URI, or the endpoint's address.
+    label: String,
+}
+
+impl Peer {
+    /// The xDS server `config` names, with its channel credentials.
+    pub(crate) fn server(config: &ServerConfig) -> Result<Peer, String> {
+        let target = Target::parse(&config.server_uri)?;
+        let tls = match &config.channel_creds {
+            ChannelCredentials::Insecure => None,
+            ChannelCredentials::Tls(creds) => Some(crate::tls::client_config(creds)?),
+            ChannelCredentials::GoogleDefault => {
+                return Err(
+                    "google_default channel credentials are not supported by this adapter".into(),
+                );
+            }
+            other => return Err(format!("channel credentials {other:?} are not supported")),
+        };
+        Ok(Peer {
+            target,
+            tls,
+            label: config.server_uri.clone(),
+        })
+    }
+
+    /// An endpoint of a cluster, in plaintext.
+    pub(crate) fn endpoint(address: SocketAddr) -> Peer {
+        Peer {
+            target: Target {
+                host: address.ip().to_string(),
+                port: address.port(),
+            },
+            tls: None,
+            label: address.to_string(),
+        }
+    }
+}
+
+/// Connects to `peer`: TCP, TLS, the HTTP/2 handshake, and until the server's
+/// SETTINGS frame has been read, all bounded by the connect timeout. At the deadline
+/// (or on any failure) the half-open connection is dropped. `on_closed` runs when an
+/// established connection ends, with the error that ended it, if any.
+///
+/// The one connection attempt of the adapters: ADS connections and the `xds:///`
+/// channel's endpoint connections both count as connected only here.
 pub(crate) async fn connect<R: Runtime>(
     rt: &R,
-    config: &ServerConfig,
+    peer: &Peer,
     settings: &TransportSettings,
     on_closed: impl FnOnce(Option<String>) + Send + 'static,
 ) -> Result<Connection, String> {
     // Set once TCP (and TLS) are up: a timeout then awaited the server's SETTINGS.
     let awaiting_settings = AtomicBool::new(false);
     let (abort, registration) = AbortHandle::new_pair();
+    let label = &peer.label;
     let attempt = async {
         let (conn, handshake) = open(
             rt,
-            config,
+            peer,
             settings,
             &awaiting_settings,
             registration,
@@ -197,10 +272,9 @@ pub(crate) async fn connect<R: Runtime>(
         .await?;
         match handshake.await {
             Ok(Ok(())) => Ok(conn),
-            Ok(Err(reason)) => Err(format!("{}: {reason}", config.server_uri)),
+            Ok(Err(reason)) => Err(format!("{label}: {reason}")),
             Err(oneshot::Canceled) => Err(format!(
-                "{}: the connection ended before the SETTINGS frame",
-                config.server_uri
+                "{label}: the connection ended before the SETTINGS frame"
             )),
         }
     };
@@ -208,12 +282,10 @@ pub(crate) async fn connect<R: Runtime>(
     let result = match future::select(pin!(attempt), rt.sleep(timeout)).await {
         Either::Left((result, _)) => result,
         Either::Right(((), _)) if awaiting_settings.load(Ordering::Relaxed) => Err(format!(
-            "{}: timed out before receiving SETTINGS frame (connect timeout {timeout:?})",
-            config.server_uri
+            "{label}: timed out before receiving SETTINGS frame (connect timeout {timeout:?})"
         )),
         Either::Right(((), _)) => Err(format!(
-            "{}: connection attempt timed out after {timeout:?}",
-            config.server_uri
+            "{label}: connection attempt timed out after {timeout:?}"
         )),
     };
     if result.is_err() {
@@ -226,34 +298,24 @@ pub(crate) async fn connect<R: Runtime>(
 /// learns when the server's SETTINGS arrive (or the connection ends first).
 async fn open<R: Runtime>(
     rt: &R,
-    config: &ServerConfig,
+    peer: &Peer,
     settings: &TransportSettings,
     awaiting_settings: &AtomicBool,
     registration: AbortRegistration,
     on_closed: impl FnOnce(Option<String>) + Send + 'static,
 ) -> Result<(Connection, oneshot::Receiver<Handshake>), String> {
-    let target = Target::parse(&config.server_uri)?;
-    let tls = match &config.channel_creds {
-        ChannelCredentials::Insecure => None,
-        ChannelCredentials::Tls(creds) => Some(crate::tls::client_config(creds)?),
-        ChannelCredentials::GoogleDefault => {
-            return Err(
-                "google_default channel credentials are not supported by this adapter".into(),
-            );
-        }
-        other => return Err(format!("channel credentials {other:?} are not supported")),
-    };
-    let origin = target.origin(tls.is_some())?;
+    let target = &peer.target;
+    let origin = target.origin(peer.tls.is_some())?;
     let tcp = rt
         .connect_tcp(&target.host, target.port)
         .await
         .map_err(|e| format!("TCP connect to {target} failed: {e}"))?;
-    let io: Box<dyn Io> = match tls {
+    let io: Box<dyn Io> = match &peer.tls {
         None => Box::new(tcp),
         Some(config) => {
             let name = rustls::pki_types::ServerName::try_from(target.host.clone())
                 .map_err(|e| format!("invalid TLS server name {:?}: {e}", target.host))?;
-            let stream = futures_rustls::TlsConnector::from(config)
+            let stream = futures_rustls::TlsConnector::from(config.clone())
                 .connect(name, tcp)
                 .await
                 .map_err(|e| format!("TLS handshake with {target} failed: {e}"))?;
@@ -367,7 +429,8 @@ impl ChannelSlot {
         }
         *guard = None;
         on_connecting();
-        let conn = connect(rt, config, settings, on_closed).await?;
+        let peer = Peer::server(config)?;
+        let conn = connect(rt, &peer, settings, on_closed).await?;
         *guard = Some(conn.clone());
         Ok((conn, true))
     }

@@ -27,7 +27,8 @@
 //! runtime (so an async-std test can use it without a tokio runtime of its own).
 //!
 //! [`FaultProxy`] sits between a client and a server to inject faults: a server that
-//! never speaks HTTP/2, one that goes silent mid-stream, one that sends GOAWAY.
+//! never speaks HTTP/2, one that goes silent mid-stream, one that sends GOAWAY. In
+//! front of an echo backend it makes the misbehaving endpoints of [`channel_faults`].
 //!
 //! [`recorder::TestRecorder`] is a `metrics` recorder that tests read the clients'
 //! exported metrics from.
@@ -40,6 +41,7 @@
 
 #![warn(missing_docs)]
 
+pub mod channel_faults;
 pub mod channel_suite;
 mod codec;
 pub mod config_suite;

@@ -10,6 +10,7 @@
 //! is woken when a mutation brings that time forward.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -27,6 +28,7 @@ use xds_proto_core::selector::{ConfigSelector, Metadata, Selection};
 
 use super::wire;
 use crate::runtime::Runtime;
+use crate::transport::Connection;
 
 /// What the channel knows about its target's configuration.
 pub(crate) enum Resolution {
@@ -39,10 +41,68 @@ pub(crate) enum Resolution {
     Failed(tonic::Status),
 }
 
-/// A subchannel's connection, as the channel keeps it.
-enum Connection {
-    Connecting,
-    Ready(SendRequest<tonic::body::Body>),
+/// One connection attempt of a subchannel, numbered per channel: what the attempt
+/// reports applies only while it is its subchannel's current attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Attempt(u64);
+
+/// A subchannel's current attempt and, once READY, its connection.
+struct Slot {
+    attempt: Attempt,
+    ready: Option<Connection>,
+}
+
+/// The subchannels' connections (keyed by subchannel): each one's current attempt,
+/// and its connection while READY. A connection retired or dropped earlier (a
+/// `Disconnect`, an `Idle`, a GOAWAY before the re-dial) cannot touch its successor.
+struct Connections<K> {
+    slots: HashMap<K, Slot>,
+    next_attempt: u64,
+}
+
+impl<K: Eq + Hash> Connections<K> {
+    fn new() -> Connections<K> {
+        Connections {
+            slots: HashMap::new(),
+            next_attempt: 0,
+        }
+    }
+
+    /// Starts a new attempt for `key`, which replaces any earlier one.
+    fn start(&mut self, key: K) -> Attempt {
+        let attempt = Attempt(self.next_attempt);
+        self.next_attempt += 1;
+        let slot = Slot {
+            attempt,
+            ready: None,
+        };
+        self.slots.insert(key, slot);
+        attempt
+    }
+
+    /// Forgets `key`'s connection (RPCs on it keep their own handles).
+    fn remove(&mut self, key: &K) {
+        self.slots.remove(key);
+    }
+
+    /// Takes a report of `attempt`: its connection once READY, `None` otherwise.
+    /// Returns false, dropping `ready`, when `attempt` is not `key`'s current attempt:
+    /// then the report is no news of the subchannel.
+    fn report(&mut self, key: &K, attempt: Attempt, ready: Option<Connection>) -> bool {
+        match self.slots.get_mut(key) {
+            Some(slot) if slot.attempt == attempt => {
+                slot.ready = ready;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The connection an RPC picked for `key` may go on: READY, and taking new streams.
+    fn usable(&self, key: &K) -> Option<&Connection> {
+        let conn = self.slots.get(key)?.ready.as_ref()?;
+        conn.takes_new_streams().then_some(conn)
+    }
 }
 
 /// What the driver task is told.
@@ -59,14 +119,14 @@ pub(crate) enum DriverEvent {
 /// Work a mutation left to do once the lock is released.
 #[derive(Default)]
 pub(crate) struct Deferred {
-    connects: Vec<(SubchannelId, SocketAddr)>,
+    connects: Vec<(SubchannelId, Attempt, SocketAddr)>,
     resolves: Vec<(String, String, u16)>,
 }
 
 pub(crate) struct State {
     lb: LoadBalancer,
     resolution: Resolution,
-    connections: HashMap<SubchannelId, Connection>,
+    connections: Connections<SubchannelId>,
     rng: Xoshiro256PlusPlus,
     /// Bumped whenever the picker may have changed; queued RPCs wait for a new value.
     picker_generation: u64,
@@ -152,7 +212,7 @@ impl<R: Runtime> Shared<R> {
             state: Mutex::new(State {
                 lb,
                 resolution: Resolution::Waiting,
-                connections: HashMap::new(),
+                connections: Connections::new(),
                 rng: Xoshiro256PlusPlus::seed_from_u64(seed),
                 picker_generation: 0,
                 queued: Vec::new(),
@@ -193,8 +253,8 @@ impl<R: Runtime> Shared<R> {
 
     /// Starts the connections and resolutions a mutation asked for.
     fn carry_out(self: &Arc<Self>, deferred: Deferred) {
-        for (subchannel, address) in deferred.connects {
-            super::subchannel::spawn_connect(self.clone(), subchannel, address);
+        for (subchannel, attempt, address) in deferred.connects {
+            super::subchannel::spawn_connect(self, subchannel, attempt, address);
         }
         for (cluster, host, port) in deferred.resolves {
             let driver = self.driver.clone();
@@ -261,17 +321,15 @@ impl<R: Runtime> Shared<R> {
             Ok(match state.lb.pick(now, cluster, &args) {
                 Pick::Complete {
                     subchannel, call, ..
-                } => match state.connections.get(&subchannel) {
-                    Some(Connection::Ready(send)) if !send.is_closed() => {
-                        PickResult::Ready(send.clone(), call)
-                    }
-                    // Closed before the balancer heard of it: this attempt fails (and
-                    // may be retried); the connection's task reports the close.
+                } => match state.connections.usable(&subchannel) {
+                    Some(conn) => PickResult::Ready(conn.send.clone(), call),
+                    // Retired (GOAWAY, or closed) before the balancer heard of it: the
+                    // retirement's report is on its way and changes the picker, so the
+                    // RPC picks again then, as gRPC-Go's picker wrapper does (it ends
+                    // the unused pick as a success, with nothing sent).
                     _ => {
-                        state.lb.call_finished(now, call, CallOutcome::Failure);
-                        PickResult::Failed(tonic::Status::unavailable(
-                            "the picked connection closed",
-                        ))
+                        state.lb.call_finished(now, call, CallOutcome::Success);
+                        return Err(state.picker_generation);
                     }
                 },
                 Pick::Queue => return Err(state.picker_generation),
@@ -302,21 +360,20 @@ impl<R: Runtime> Shared<R> {
         self.lock().rng.next_u32()
     }
 
-    /// A subchannel's new connectivity state; with `Ready`, its connection.
-    pub(crate) fn subchannel_state(
+    /// A subchannel's new connectivity state, from its connection attempt `attempt`;
+    /// with `Ready`, the connection. Ignored (the connection dropped) when the
+    /// subchannel is gone or has moved on to another attempt.
+    pub(crate) fn attempt_state(
         self: &Arc<Self>,
         subchannel: SubchannelId,
+        attempt: Attempt,
         state: ConnectivityState,
-        ready: Option<SendRequest<tonic::body::Body>>,
+        ready: Option<Connection>,
     ) {
         self.mutate(|s, now| {
-            match (ready, s.connections.get_mut(&subchannel)) {
-                // Disconnected meanwhile: the connection is dropped here.
-                (_, None) => return,
-                (Some(send), Some(slot)) => *slot = Connection::Ready(send),
-                (None, Some(slot)) => *slot = Connection::Connecting,
+            if s.connections.report(&subchannel, attempt, ready) {
+                s.lb.subchannel_state(now, subchannel, state);
             }
-            s.lb.subchannel_state(now, subchannel, state);
         });
     }
 
@@ -362,8 +419,8 @@ impl State {
                     subchannel,
                     address,
                 } => {
-                    self.connections.insert(subchannel, Connection::Connecting);
-                    deferred.connects.push((subchannel, address));
+                    let attempt = self.connections.start(subchannel);
+                    deferred.connects.push((subchannel, attempt, address));
                 }
                 // Forgotten, or kept IDLE with its connection closed (a priority not
                 // in use for 15 minutes): a later `Connect` dials anew. RPCs on the
@@ -389,5 +446,36 @@ impl State {
         for waker in self.queued.drain(..) {
             waker.wake();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A subchannel dialled again after its connection was dropped (the balancer's
+    /// `Idle` after 15 unused minutes, say): the old connection's reports, which come
+    /// when it finally closes, are no news of the subchannel.
+    #[test]
+    fn only_the_current_attempt_reports_for_its_subchannel() {
+        let mut connections = Connections::<u32>::new();
+        let first = connections.start(7);
+        assert!(connections.report(&7, first, None), "CONNECTING");
+        connections.remove(&7);
+        assert!(!connections.report(&7, first, None), "forgotten");
+        let second = connections.start(7);
+        assert_ne!(first, second);
+        assert!(
+            !connections.report(&7, first, None),
+            "the old connection's close does not idle the new attempt"
+        );
+        assert!(connections.report(&7, second, None));
+        assert!(connections.usable(&7).is_none(), "not READY");
+        let other = connections.start(8);
+        assert!(
+            !connections.report(&8, second, None),
+            "another subchannel's attempt"
+        );
+        assert!(connections.report(&8, other, None));
     }
 }

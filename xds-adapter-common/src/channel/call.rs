@@ -7,7 +7,10 @@
 //! status (a streaming response), when its status is not retryable, when the attempts
 //! are used up, or when the request outgrew the retry buffer. Before that, a
 //! Trailers-Only response with a retryable status (or a failed stream) is reported to
-//! the load balancer and retried after the backoff, on a new pick.
+//! the load balancer and retried after the backoff, on a new pick. An attempt whose
+//! request never left the client (hyper hands it back: its connection shut down, at a
+//! GOAWAY say, before writing it) is retried at once on a new pick, with or without a
+//! retry policy and without counting as an attempt (A6's transparent retry).
 
 use std::future::Future;
 use std::pin::{Pin, pin};
@@ -213,23 +216,13 @@ async fn attempts<R: Runtime>(
     let mut retry = RetryState::new(policy);
     let cluster = selection.cluster().cluster().unwrap_or_default().to_owned();
     let hash = request_hash(&selection, &head.headers, shared.settings.channel_id);
-    // Without a retry policy the body goes out as it is: nothing to replay.
-    let (replay, mut body) = match policy {
-        Some(_) => (Some(ReplayBody::new(body)), None),
-        None => (None, Some(body)),
-    };
+    let mut bodies = AttemptBodies::new(body, policy.is_some());
     let reporter: Arc<dyn CallReporter> = shared.clone();
     loop {
-        let attempt_body = match &replay {
-            Some(recording) => match recording.replay() {
-                Some(again) => tonic::body::Body::new(again),
-                None => {
-                    return wire::trailers_only(tonic::Status::unavailable(
-                        "the request was too long to retry",
-                    ));
-                }
-            },
-            None => body.take().unwrap_or_else(tonic::body::Body::empty),
+        let Some(attempt_body) = bodies.next() else {
+            return wire::trailers_only(tonic::Status::unavailable(
+                "the request was too long to retry",
+            ));
         };
         let end = match deadline.run(pick(&shared, &cluster, hash)).await {
             None => return deadline_exceeded(),
@@ -238,20 +231,21 @@ async fn attempts<R: Runtime>(
                 status,
                 pushback: None,
             },
-            Some(PickResult::Ready(mut send, call)) => {
+            Some(PickResult::Ready(send, call)) => {
                 // Without a retry policy this is the only attempt.
-                let last = replay.is_none();
+                let last = !bodies.replays();
                 let remaining = deadline.remaining(&shared.rt);
                 let request = head.attempt(remaining, attempt_body, last);
                 let end = CallEnd::new(reporter.clone(), call, selection.clone());
-                match deadline.run(send.send_request(request)).await {
-                    None => {
-                        end.finish(tonic::Code::DeadlineExceeded);
-                        return deadline_exceeded();
-                    }
-                    Some(result) => {
-                        let committed = replay.as_ref().is_none_or(|r| !r.can_replay());
-                        attempt_end(result, end, &mut deadline, committed)
+                let committed = !bodies.can_replay();
+                match send_attempt(send, request, end, &mut deadline, committed).await {
+                    Sent::Ran(end) => end,
+                    Sent::DeadlineExceeded => return deadline_exceeded(),
+                    Sent::Unsent(request) => {
+                        let (parts, request_body) = request.into_parts();
+                        head.headers = parts.headers;
+                        bodies.unsent = Some(request_body);
+                        continue;
                     }
                 }
             }
@@ -264,13 +258,102 @@ async fn attempts<R: Runtime>(
         let Some(delay) = retry.next_attempt(policy, status.code(), pushback, random) else {
             return wire::trailers_only(status);
         };
-        if replay.as_ref().is_some_and(|r| !r.can_replay()) {
+        if !bodies.can_replay() {
             return wire::trailers_only(status);
         }
         tracing::debug!(attempt = retry.attempts(), ?delay, code = ?status.code(), "retrying an RPC");
         if deadline.run(shared.rt.sleep(delay)).await.is_none() {
             return deadline_exceeded();
         }
+    }
+}
+
+/// Where each attempt's request body comes from: the unsent body of the last attempt
+/// (a transparent retry), else a replay of the recorded body (with a retry policy),
+/// else the application's body itself (the one attempt without a policy).
+struct AttemptBodies {
+    unsent: Option<tonic::body::Body>,
+    replay: Option<ReplayBody>,
+    body: Option<tonic::body::Body>,
+}
+
+impl AttemptBodies {
+    fn new(body: tonic::body::Body, retry_policy: bool) -> AttemptBodies {
+        // Without a retry policy the body goes out as it is: nothing to replay.
+        let (replay, body) = match retry_policy {
+            true => (Some(ReplayBody::new(body)), None),
+            false => (None, Some(body)),
+        };
+        AttemptBodies {
+            unsent: None,
+            replay,
+            body,
+        }
+    }
+
+    /// The next attempt's body; `None` when the request no longer fits the retry
+    /// buffer.
+    fn next(&mut self) -> Option<tonic::body::Body> {
+        if let Some(unsent) = self.unsent.take() {
+            return Some(unsent);
+        }
+        match &self.replay {
+            Some(recording) => recording.replay().map(tonic::body::Body::new),
+            None => Some(self.body.take().unwrap_or_else(tonic::body::Body::empty)),
+        }
+    }
+
+    /// Whether the attempts replay a recording (there is a retry policy).
+    fn replays(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// Whether another attempt could still send the request again.
+    fn can_replay(&self) -> bool {
+        self.replay.as_ref().is_some_and(ReplayBody::can_replay)
+    }
+}
+
+/// How sending one attempt on its picked connection ended.
+enum Sent {
+    /// The attempt ran (it may have failed).
+    Ran(AttemptEnd),
+    /// The request never left the client: it goes again, as it is, on a new pick.
+    Unsent(http::Request<tonic::body::Body>),
+    /// The RPC's deadline passed.
+    DeadlineExceeded,
+}
+
+/// Sends an attempt's request and classifies what came back.
+async fn send_attempt(
+    mut send: hyper::client::conn::http2::SendRequest<tonic::body::Body>,
+    request: http::Request<tonic::body::Body>,
+    end: CallEnd,
+    deadline: &mut Deadline,
+    committed: bool,
+) -> Sent {
+    match deadline.run(send.try_send_request(request)).await {
+        None => {
+            end.finish(tonic::Code::DeadlineExceeded);
+            Sent::DeadlineExceeded
+        }
+        Some(Err(mut error)) => match error.take_message() {
+            // hyper gives the request back when it never wrote it (its connection
+            // shut down first): A6's transparent retry. The balancer counts the pick
+            // a failure, as gRPC-Go's does.
+            Some(request) => {
+                end.finish(tonic::Code::Unavailable);
+                tracing::debug!(error = %error.error(), "retrying an RPC that never left the client");
+                Sent::Unsent(request)
+            }
+            None => Sent::Ran(attempt_end(
+                Err(error.into_error()),
+                end,
+                deadline,
+                committed,
+            )),
+        },
+        Some(Ok(response)) => Sent::Ran(attempt_end(Ok(response), end, deadline, committed)),
     }
 }
 

@@ -6,7 +6,8 @@
 //! sans-IO load balancer on it. The parts:
 //! - `balancer`: the shared state behind one lock (the core's `LoadBalancer`, the
 //!   current selector, the subchannels' connections, queued picks, the seeded RNG);
-//! - `subchannel`: one HTTP/2 connection per endpoint the balancer asks for;
+//! - `subchannel`: one HTTP/2 connection per endpoint the balancer asks for, READY
+//!   once the server's SETTINGS arrive, IDLE again at its GOAWAY or close;
 //! - `call`: one RPC (route, deadline, picks, retries) and `retry` its A44 policy;
 //! - `body`: the replayable request body and the response body that reports the
 //!   call's end; `wire`: `grpc-timeout`, statuses and Trailers-Only responses;
@@ -25,12 +26,13 @@ use std::convert::Infallible;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::channel::mpsc::{self, UnboundedReceiver};
 use futures::channel::oneshot;
 use futures::{FutureExt, StreamExt};
 use xds_proto_core::Instant;
-use xds_proto_core::lb::{LbSettings, LoadBalancer};
+use xds_proto_core::lb::{DEFAULT_FAILOVER_TIMEOUT, LbSettings, LoadBalancer};
 
 pub use body::ResponseBody;
 
@@ -68,7 +70,10 @@ pub(crate) struct ChannelSettings {
 /// circuit breaking). An RPC waits while no configuration has arrived or no endpoint
 /// is ready (bounded by its deadline); a pick that fails ends the RPC with
 /// UNAVAILABLE unless the channel is [`wait_for_ready`](XdsChannelBuilder::wait_for_ready).
-/// One HTTP/2 connection is kept per endpoint in use. New configurations take effect
+/// One HTTP/2 connection is kept per endpoint in use; an endpoint is READY once its
+/// server's HTTP/2 SETTINGS have arrived (one that accepts TCP and never speaks HTTP/2
+/// stays CONNECTING until the connect timeout), and a connection the server retires
+/// with GOAWAY takes no new RPCs (those on it finish). New configurations take effect
 /// for new RPCs; RPCs in flight finish on what they picked, and their clusters stay
 /// until they end.
 ///
@@ -123,7 +128,8 @@ impl<R: Runtime> XdsChannel<R> {
             runtime: None,
             seed: None,
             wait_for_ready: false,
-            transport: TransportSettings::default(),
+            transport: TransportSettings::endpoint_defaults(),
+            failover_timeout: DEFAULT_FAILOVER_TIMEOUT,
         }
     }
 
@@ -148,6 +154,7 @@ pub struct XdsChannelBuilder<R> {
     seed: Option<u64>,
     wait_for_ready: bool,
     transport: TransportSettings,
+    failover_timeout: Duration,
 }
 
 impl<R> fmt::Debug for XdsChannelBuilder<R> {
@@ -156,6 +163,8 @@ impl<R> fmt::Debug for XdsChannelBuilder<R> {
             .field("target", &self.target)
             .field("seed", &self.seed)
             .field("wait_for_ready", &self.wait_for_ready)
+            .field("transport", &self.transport)
+            .field("failover_timeout", &self.failover_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -194,9 +203,22 @@ impl<R: Runtime> XdsChannelBuilder<R> {
         self
     }
 
-    /// Settings of the endpoint connections (connect timeout, HTTP/2 windows).
+    /// Settings of the endpoint connections: the connect timeout (TCP and the
+    /// server's HTTP/2 SETTINGS; at the deadline the endpoint is TRANSIENT_FAILURE),
+    /// HTTP/2 keepalive and windows. Default:
+    /// [`TransportSettings::endpoint_defaults`], with keepalive off as in gRPC's
+    /// data-plane channels; start from it rather than from `Default` (the ADS
+    /// defaults, keepalive on) to change one field.
     pub fn transport_settings(mut self, settings: TransportSettings) -> Self {
         self.transport = settings;
+        self
+    }
+
+    /// How long a priority may stay CONNECTING (no endpoint READY yet, and not all in
+    /// TRANSIENT_FAILURE) before the next priority is started: gRPC's priority
+    /// failover timeout, [`DEFAULT_FAILOVER_TIMEOUT`] (10 s) by default.
+    pub fn failover_timeout(mut self, timeout: Duration) -> Self {
+        self.failover_timeout = timeout;
         self
     }
 
@@ -230,7 +252,9 @@ impl<R: Runtime> XdsChannelBuilder<R> {
             transport: self.transport,
             channel_id: seed.rotate_left(17) ^ 0x6a09_e667_f3bc_c908,
         };
-        let lb = LoadBalancer::new(LbSettings::new(seed ^ 0x9e37_79b9_7f4a_7c15));
+        let mut lb_settings = LbSettings::new(seed ^ 0x9e37_79b9_7f4a_7c15);
+        lb_settings.failover_timeout = self.failover_timeout;
+        let lb = LoadBalancer::new(lb_settings);
         let shared = Arc::new(Shared::new(rt.clone(), lb, seed, events_tx, settings));
         let (stop, stopped) = oneshot::channel();
         let driver = drive(shared.clone(), client, self.target.clone(), events, stopped);

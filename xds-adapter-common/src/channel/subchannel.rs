@@ -1,89 +1,83 @@
 //! Subchannels: one HTTP/2 connection per endpoint address the load balancer asks for.
 //!
-//! A `Connect` action starts one attempt here: CONNECTING, then TCP (the runtime's) and
-//! the HTTP/2 handshake, then READY with the connection, or TRANSIENT_FAILURE. A READY
-//! connection that closes is reported IDLE. The core owns the reconnect backoff and
-//! asks again when it wants another attempt; `Disconnect` drops the channel's handle,
-//! and the connection closes once the RPCs still on it finish.
+//! A `Connect` action starts one attempt here, with the adapters' one connection
+//! attempt (`transport::connect`, as ADS connections): CONNECTING, then TCP and the
+//! HTTP/2 handshake until the server's SETTINGS frame has been read, then READY with
+//! the connection; a failure, or the connect timeout, is TRANSIENT_FAILURE. So a
+//! backend that accepts TCP and never speaks HTTP/2 stays CONNECTING (the pickers skip
+//! it, the priority policy's failover timer runs) until the connect deadline.
+//!
+//! A READY connection is reported IDLE when it stops taking new streams: at the
+//! server's GOAWAY (the RPCs on it finish there) or when it ends (keepalive, the
+//! server's close). The core owns the reconnect backoff and asks again when it wants
+//! another attempt; `Disconnect` drops the channel's handle, and the connection closes
+//! once the RPCs still on it finish. Each attempt is numbered, and only the attempt a
+//! subchannel's slot holds may report for it: a connection retired earlier cannot
+//! touch its successor.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use xds_proto_core::lb::{ConnectivityState, SubchannelId};
 use xds_proto_core::{Code, Status};
 
-use super::balancer::Shared;
-use crate::io::HyperIo;
-use crate::runtime::{BoxFuture, HyperExecutor, Runtime};
-use crate::transport::error_chain;
+use super::balancer::{Attempt, Shared};
+use crate::runtime::{BoxFuture, Runtime};
+use crate::transport::{self, Peer};
 
-/// Starts one connection attempt for `subchannel` on the runtime.
+/// Starts connection attempt `attempt` of `subchannel` on the runtime.
 pub(crate) fn spawn_connect<R: Runtime>(
-    shared: Arc<Shared<R>>,
+    shared: &Arc<Shared<R>>,
     subchannel: SubchannelId,
+    attempt: Attempt,
     address: SocketAddr,
 ) {
     let rt = shared.rt.clone();
+    // Weak: a connection's tasks do not keep a dropped channel alive.
+    let shared = Arc::downgrade(shared);
     let task: BoxFuture<()> = Box::pin(async move {
-        shared.subchannel_state(subchannel, ConnectivityState::Connecting, None);
-        let on_closed = {
-            let shared = shared.clone();
-            move |error: Option<String>| {
-                tracing::debug!(%address, ?error, "subchannel connection closed");
-                shared.subchannel_state(subchannel, ConnectivityState::Idle, None);
-            }
+        let Some(conn) = connect(&shared, subchannel, attempt, address).await else {
+            return;
         };
-        match connect(&shared.rt, address, &shared.settings.transport, on_closed).await {
-            Ok(send) => {
-                tracing::debug!(%address, "subchannel ready");
-                shared.subchannel_state(subchannel, ConnectivityState::Ready, Some(send));
-            }
-            Err(error) => {
-                tracing::debug!(%address, %error, "subchannel connection failed");
-                shared.subchannel_state(subchannel, ConnectivityState::TransientFailure, None);
-            }
+        let state = conn.state();
+        if let Some(shared) = shared.upgrade() {
+            tracing::debug!(%address, "subchannel ready: the server's SETTINGS arrived");
+            shared.attempt_state(subchannel, attempt, ConnectivityState::Ready, Some(conn));
+        }
+        let retired = state.retired().await;
+        tracing::debug!(%address, ?retired, "subchannel connection retired");
+        if let Some(shared) = shared.upgrade() {
+            shared.attempt_state(subchannel, attempt, ConnectivityState::Idle, None);
         }
     });
     rt.spawn(task);
 }
 
-/// TCP, then the HTTP/2 handshake, bounded by the connect timeout. The connection task
-/// runs on the runtime; `on_closed` runs when it ends.
+/// Reports CONNECTING and makes the attempt; a failure is reported
+/// TRANSIENT_FAILURE and gives `None`, as does a channel gone meanwhile.
 async fn connect<R: Runtime>(
-    rt: &R,
+    shared: &Weak<Shared<R>>,
+    subchannel: SubchannelId,
+    attempt: Attempt,
     address: SocketAddr,
-    settings: &crate::TransportSettings,
-    on_closed: impl FnOnce(Option<String>) + Send + 'static,
-) -> Result<hyper::client::conn::http2::SendRequest<tonic::body::Body>, String> {
-    let attempt = async {
-        let tcp = rt
-            .connect_tcp(&address.ip().to_string(), address.port())
-            .await
-            .map_err(|e| format!("TCP connect to {address} failed: {e}"))?;
-        hyper::client::conn::http2::Builder::new(HyperExecutor(rt.clone()))
-            .initial_stream_window_size(settings.initial_stream_window_size)
-            .initial_connection_window_size(settings.initial_connection_window_size)
-            .handshake::<_, tonic::body::Body>(HyperIo::new(tcp))
-            .await
-            .map_err(|e| {
-                format!(
-                    "HTTP/2 handshake with {address} failed: {}",
-                    error_chain(&e)
-                )
-            })
+) -> Option<transport::Connection> {
+    let (rt, settings) = {
+        let shared = shared.upgrade()?;
+        shared.attempt_state(subchannel, attempt, ConnectivityState::Connecting, None);
+        (shared.rt.clone(), shared.settings.transport.clone())
     };
-    let timeout = rt.sleep(settings.connect_timeout);
-    let (send, conn) = match futures::future::select(Box::pin(attempt), timeout).await {
-        futures::future::Either::Left((result, _)) => result?,
-        futures::future::Either::Right(((), _)) => {
-            return Err(format!("connecting to {address} timed out"));
+    let peer = Peer::endpoint(address);
+    match transport::connect(&rt, &peer, &settings, |_| {}).await {
+        Ok(conn) => Some(conn),
+        Err(error) => {
+            tracing::info!(%address, %error, "subchannel TRANSIENT_FAILURE: the connection attempt failed");
+            if let Some(shared) = shared.upgrade() {
+                let failed = ConnectivityState::TransientFailure;
+                shared.attempt_state(subchannel, attempt, failed, None);
+            }
+            None
         }
-    };
-    rt.spawn(Box::pin(async move {
-        let result = conn.await;
-        on_closed(result.err().map(|e| error_chain(&e)));
-    }));
-    Ok(send)
+    }
 }
 
 /// Resolves a LOGICAL_DNS cluster's host (blocking: called on a thread of its own).

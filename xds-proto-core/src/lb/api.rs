@@ -161,8 +161,10 @@ impl CallOutcome {
 #[non_exhaustive]
 pub enum LbAction {
     /// Make one connection attempt to `address`, reporting CONNECTING, then READY or
-    /// TRANSIENT_FAILURE; a READY connection that later closes is reported IDLE. The
-    /// core owns the reconnect backoff: it asks again when it wants another attempt.
+    /// TRANSIENT_FAILURE; a READY connection that later closes (or that the server
+    /// retires with GOAWAY) is reported IDLE. READY means the server's HTTP/2 SETTINGS
+    /// arrived, not merely that TCP is up. The core owns the reconnect backoff: it asks
+    /// again when it wants another attempt.
     Connect {
         /// The subchannel.
         subchannel: SubchannelId,

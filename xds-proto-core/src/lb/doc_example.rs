@@ -63,7 +63,9 @@ while let Some(action) = lb.poll_action() {
     match action {
         LbAction::Connect { subchannel, address } => {
             lb.subchannel_state(now, subchannel, ConnectivityState::Connecting);
-            // ... dial `address`; once the HTTP/2 handshake is done:
+            // ... dial `address`; once the server's HTTP/2 SETTINGS frame has been read
+            // (not when the client's handshake is written: a server that accepts TCP
+            // and never speaks HTTP/2 must stay CONNECTING):
             connections.insert(subchannel, address);
             lb.subchannel_state(now, subchannel, ConnectivityState::Ready);
             // (a failed dial reports TransientFailure; a closed connection, Idle)
