@@ -26,7 +26,12 @@ pub struct LbSettings {
     pub seed: u64,
     /// The priority failover timeout (default 10 s).
     pub failover_timeout: Duration,
-    /// The cap on ring-hash ring sizes (default 4096, as gRPC).
+    /// The cap on ring-hash ring sizes (default 4096, as gRPC): a cluster's
+    /// `minimum_ring_size` and `maximum_ring_size` above it count as the cap (A42).
+    /// [`LoadBalancer::new`](super::LoadBalancer::new) brings it into `[1,`
+    /// [`MAX_RING_SIZE`](crate::resource::cluster::MAX_RING_SIZE)`]`, as gRPC-Go bounds
+    /// `GRPC_RING_HASH_CAP`: a ring is never larger than the 8M entries xDS allows, nor
+    /// empty for want of a cap.
     pub ring_size_cap: u64,
     /// The backoff between connection attempts to one address (gRPC's connection
     /// backoff: 1 s initial, ×1.6, ±20 % jitter, 120 s maximum).

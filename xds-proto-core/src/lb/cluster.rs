@@ -423,6 +423,13 @@ impl LeafCluster {
         self.failover.current()
     }
 
+    /// Each ring-hash ring of the started priorities, as `(endpoints, entries)`.
+    pub(super) fn ring_sizes(&self, out: &mut Vec<(usize, usize)>) {
+        for child in self.children.iter().flatten() {
+            child.ring_sizes(out);
+        }
+    }
+
     #[cfg(test)]
     pub(super) fn child(&self, priority: usize) -> Option<&PriorityChild> {
         self.children.get(priority).and_then(Option::as_ref)

@@ -11,7 +11,7 @@ use super::cluster::Source;
 use super::locality::Localities;
 use super::policy::{Ctx, EndpointPolicy, EndpointSpec, PickRng, Picked, PolicyKind};
 use super::subchannel::SubchannelPool;
-use crate::resource::cluster::LbPolicy;
+use crate::resource::cluster::{LbPolicy, MAX_CHOICE_COUNT};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Layout {
@@ -41,8 +41,9 @@ impl Layout {
                 min_ring_size: (*min_ring_size).min(ring_size_cap),
                 max_ring_size: (*max_ring_size).min(ring_size_cap),
             }),
+            // A48: decoding rejects a count below 2; one above 10 counts as 10.
             LbPolicy::LeastRequest { choice_count } => flat(PolicyKind::LeastRequest {
-                choice_count: *choice_count,
+                choice_count: (*choice_count).clamp(2, MAX_CHOICE_COUNT),
             }),
             LbPolicy::PickFirst {
                 shuffle_address_list,
@@ -147,6 +148,16 @@ impl PriorityChild {
                 .flat_map(|l| l.endpoints.iter().cloned())
                 .collect();
             PriorityChild::Flat(EndpointPolicy::new(ctx, layout.policy, &endpoints))
+        }
+    }
+
+    /// Each ring-hash ring, as `(endpoints, entries)`.
+    pub(super) fn ring_sizes(&self, out: &mut Vec<(usize, usize)>) {
+        match self {
+            PriorityChild::Localities(l) => {
+                out.extend(l.policies().filter_map(EndpointPolicy::ring_size));
+            }
+            PriorityChild::Flat(p) => out.extend(p.ring_size()),
         }
     }
 

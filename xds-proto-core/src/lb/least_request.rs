@@ -18,7 +18,7 @@ impl LeastRequest {
     pub(super) fn new(ctx: &mut Ctx, specs: &[EndpointSpec], choice_count: u32) -> LeastRequest {
         LeastRequest {
             endpoints: EndpointList::new(ctx, specs),
-            choice_count: choice_count.max(2),
+            choice_count,
         }
     }
 

@@ -25,6 +25,11 @@ impl Localities {
         localities
     }
 
+    /// The localities' policies, in order.
+    pub(super) fn policies(&self) -> impl Iterator<Item = &EndpointPolicy> {
+        self.children.iter().map(|(_, policy)| policy)
+    }
+
     pub(super) fn state(&self) -> ConnectivityState {
         self.state
     }

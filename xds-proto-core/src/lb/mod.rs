@@ -49,6 +49,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::DetHashMap;
 use crate::client::{Code, Status, XdsError};
 use crate::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
+use crate::resource::cluster::MAX_RING_SIZE;
 use crate::time::Instant;
 use aggregate::AggregateCluster;
 use cluster::{LeafCluster, Source};
@@ -91,7 +92,18 @@ pub struct LoadBalancer {
 
 impl LoadBalancer {
     /// An empty load balancer: every pick fails until the first [`update`](Self::update).
-    pub fn new(settings: LbSettings) -> LoadBalancer {
+    /// A `ring_size_cap` out of `[1, 8M]` is brought to the nearer bound (see
+    /// [`LbSettings::ring_size_cap`]).
+    pub fn new(mut settings: LbSettings) -> LoadBalancer {
+        let cap = settings.ring_size_cap.clamp(1, MAX_RING_SIZE);
+        if cap != settings.ring_size_cap {
+            tracing::warn!(
+                requested = settings.ring_size_cap,
+                used = cap,
+                "ring_size_cap out of [1, {MAX_RING_SIZE}]"
+            );
+            settings.ring_size_cap = cap;
+        }
         let rng = Xoshiro256PlusPlus::seed_from_u64(settings.seed);
         LoadBalancer {
             pool: SubchannelPool::new(settings.reconnect_backoff, rng),
@@ -439,6 +451,17 @@ impl LoadBalancer {
             Entry::Aggregate(i) => self.aggregates[*i as usize].state(),
             Entry::Failed(_) => ConnectivityState::TransientFailure,
         })
+    }
+
+    /// Every ring-hash ring the started priorities hold, as `(endpoints, entries)`: for
+    /// fuzzing and tests, which check the ring size bounds. Allocates.
+    #[doc(hidden)]
+    pub fn ring_sizes(&self) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for leaf in self.leaves.iter().flatten() {
+            leaf.ring_sizes(&mut out);
+        }
+        out
     }
 
     /// A subchannel's address, while it exists.

@@ -22,9 +22,20 @@ struct Counts {
 }
 
 impl Counts {
-    fn volume(self) -> u32 {
-        self.success + self.failure
+    /// Counted calls; each count saturates, and their sum is taken wide.
+    fn volume(self) -> u64 {
+        u64::from(self.success) + u64::from(self.failure)
     }
+}
+
+/// The shortest time between sweeps: A50 allows an `interval` of 0, which would have
+/// the sweep due again at the instant it ran (an embedder's timer loop would spin
+/// without time moving).
+const MIN_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The time between sweeps for this config.
+fn sweep_interval(config: &OutlierDetection) -> std::time::Duration {
+    config.interval.max(MIN_SWEEP_INTERVAL)
 }
 
 #[derive(Clone, Debug, Default)]
@@ -58,7 +69,7 @@ pub(super) struct EjectionChange {
 impl OutlierDetector {
     pub(super) fn new(now: Instant, config: OutlierDetection) -> OutlierDetector {
         OutlierDetector {
-            next_sweep: now + config.interval,
+            next_sweep: now + sweep_interval(&config),
             config,
             endpoints: DetHashMap::default(),
             endpoint_of: DetHashMap::default(),
@@ -69,8 +80,9 @@ impl OutlierDetector {
     /// Takes a new config: the sweep keeps its phase (the next one comes `interval`
     /// after the last, as A50 says), the counters and ejections stay.
     pub(super) fn reconfigure(&mut self, config: OutlierDetection) {
-        if config.interval != self.config.interval {
-            self.next_sweep = self.next_sweep - self.config.interval + config.interval;
+        let (old, new) = (sweep_interval(&self.config), sweep_interval(&config));
+        if new != old {
+            self.next_sweep = self.next_sweep - old + new;
         }
         self.config = config;
     }
@@ -126,11 +138,12 @@ impl OutlierDetector {
     pub(super) fn record(&mut self, id: SubchannelId, success: bool) {
         let endpoint = self.endpoint(id);
         if let Some(a) = self.endpoints.get_mut(&endpoint) {
-            if success {
-                a.current.success += 1;
+            let count = if success {
+                &mut a.current.success
             } else {
-                a.current.failure += 1;
-            }
+                &mut a.current.failure
+            };
+            *count = count.saturating_add(1);
         }
     }
 
@@ -167,7 +180,7 @@ impl OutlierDetector {
         rng: &mut impl RngCore,
         changes: &mut Vec<EjectionChange>,
     ) {
-        self.next_sweep = now + self.config.interval;
+        self.next_sweep = now + sweep_interval(&self.config);
         for a in self.endpoints.values_mut() {
             a.last = std::mem::take(&mut a.current);
         }
@@ -210,8 +223,8 @@ impl OutlierDetector {
             .iter()
             .filter_map(|id| {
                 let c = self.endpoints[id].last;
-                (c.volume() >= sr.request_volume && c.volume() > 0)
-                    .then(|| (*id, f64::from(c.success) / f64::from(c.volume())))
+                (c.volume() >= u64::from(sr.request_volume) && c.volume() > 0)
+                    .then(|| (*id, f64::from(c.success) / c.volume() as f64))
             })
             .collect();
         if rates.len() < sr.minimum_hosts as usize || rates.is_empty() {
@@ -241,13 +254,13 @@ impl OutlierDetector {
         let candidates: Vec<(SubchannelId, Counts)> = ids
             .iter()
             .map(|id| (*id, self.endpoints[id].last))
-            .filter(|(_, c)| c.volume() >= fp.request_volume && c.volume() > 0)
+            .filter(|(_, c)| c.volume() >= u64::from(fp.request_volume) && c.volume() > 0)
             .collect();
         if candidates.len() < fp.minimum_hosts as usize {
             return;
         }
         for (id, c) in candidates {
-            if u64::from(c.failure) * 100 > u64::from(fp.threshold) * u64::from(c.volume()) {
+            if u64::from(c.failure) * 100 > u64::from(fp.threshold) * c.volume() {
                 self.maybe_eject(now, id, fp.enforcement_percentage, rng, changes);
             }
         }
@@ -280,7 +293,7 @@ impl OutlierDetector {
             return;
         }
         a.ejected_at = Some(now);
-        a.multiplier += 1;
+        a.multiplier = a.multiplier.saturating_add(1);
         changes.push(EjectionChange {
             subchannel: id,
             ejected: true,
@@ -293,5 +306,53 @@ impl OutlierDetector {
             .values()
             .filter(|a| a.ejected_at.is_some())
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::cluster::FailurePercentageEjection;
+    use rand_core::SeedableRng;
+    use std::time::Duration;
+
+    /// A long `interval` lets an endpoint's counters pass `u32::MAX` calls: they
+    /// overflowed (a panic in debug builds, a wrapped count and a wrong rate in
+    /// release); now each saturates and their sum is taken wide.
+    #[test]
+    fn call_counts_saturate_instead_of_overflowing() {
+        let config = OutlierDetection {
+            interval: Duration::from_secs(3600),
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 100,
+            success_rate_ejection: None,
+            failure_percentage_ejection: Some(FailurePercentageEjection {
+                threshold: 40,
+                enforcement_percentage: 100,
+                minimum_hosts: 1,
+                request_volume: u32::MAX,
+            }),
+        };
+        let mut detector = OutlierDetector::new(Instant::ZERO, config);
+        let (a, b) = (SubchannelId::new(0, 0), SubchannelId::new(1, 0));
+        detector.set_endpoints([&[a][..], &[b][..]].into_iter());
+        for (id, success, failure) in [(a, u32::MAX, u32::MAX), (b, u32::MAX, 0)] {
+            let stats = detector.endpoints.get_mut(&id).unwrap();
+            stats.current = Counts { success, failure };
+        }
+        detector.record(a, true);
+        detector.record(a, false);
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(1);
+        let mut changes = Vec::new();
+        detector.sweep(Instant::from_secs(3600), &mut rng, &mut changes);
+        // a: half of 2^33 calls failed (over 40 %); b: none did.
+        assert_eq!(
+            changes,
+            vec![EjectionChange {
+                subchannel: a,
+                ejected: true
+            }]
+        );
     }
 }

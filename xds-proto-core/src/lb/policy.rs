@@ -156,6 +156,14 @@ impl EndpointPolicy {
         }
     }
 
+    /// A ring-hash policy's `(endpoints, ring entries)`.
+    pub(super) fn ring_size(&self) -> Option<(usize, usize)> {
+        match self {
+            EndpointPolicy::RingHash(p) => Some(p.size()),
+            _ => None,
+        }
+    }
+
     pub(super) fn state(&self) -> ConnectivityState {
         match self {
             EndpointPolicy::PickFirst(p) => p.state(),

@@ -37,20 +37,27 @@ pub(super) struct RingHash {
 /// Builds the ring (A42): with normalized weights `w`, `scale = min(ceil(min(w) *
 /// min_ring_size) / min(w), max_ring_size)`, and endpoint `i` gets entries until the
 /// running count reaches the running sum of `scale * w[i]`; then sorted by hash.
+///
+/// A weight is locality weight × endpoint weight, each up to `u32::MAX`, so one is up
+/// to about 2^64 and their sum is taken in `u128`; the ring never has more than
+/// `max_size` entries (A42's clamp; the caller has capped `max_size`), whatever
+/// rounding does to the running sums.
 pub(super) fn build_ring(specs: &[EndpointSpec], min_size: u64, max_size: u64) -> Vec<RingEntry> {
-    let total: u64 = specs.iter().map(|e| e.weight).sum();
-    if specs.is_empty() || total == 0 {
+    let total: u128 = specs.iter().map(|e| u128::from(e.weight)).sum();
+    if specs.is_empty() || total == 0 || max_size == 0 {
         return Vec::new();
     }
-    let min_weight = specs.iter().map(|e| e.weight).min().unwrap_or(1) as f64 / total as f64;
+    let total = total as f64;
+    let min_weight = specs.iter().map(|e| e.weight).min().unwrap_or(1) as f64 / total;
     let scale = ((min_weight * min_size as f64).ceil() / min_weight).min(max_size as f64);
-    let mut ring = Vec::with_capacity(scale.ceil() as usize);
+    let limit = usize::try_from(max_size).unwrap_or(usize::MAX);
+    let mut ring = Vec::with_capacity((scale.ceil() as usize).min(limit));
     let mut key = String::with_capacity(64);
     let (mut current, mut target) = (0f64, 0f64);
     for (i, endpoint) in specs.iter().enumerate() {
-        target += scale * endpoint.weight as f64 / total as f64;
+        target += scale * endpoint.weight as f64 / total;
         let mut n = 0u64;
-        while current < target {
+        while current < target && ring.len() < limit {
             key.clear();
             let _ = write!(key, "{}_{}", endpoint.address, n);
             ring.push(RingEntry {
@@ -120,6 +127,11 @@ impl RingHash {
         );
         let at = lo + self.hashes[lo..hi].partition_point(|h| *h < hash);
         if at == self.hashes.len() { 0 } else { at }
+    }
+
+    /// `(endpoints, ring entries)`.
+    pub(super) fn size(&self) -> (usize, usize) {
+        (self.endpoints.len(), self.hashes.len())
     }
 
     pub(super) fn state(&self) -> ConnectivityState {

@@ -15,6 +15,7 @@ use crate::resource::endpoint::{
     DropOverload, Endpoint, EndpointsResource, HealthStatus, Locality, LocalityEndpoints, Priority,
 };
 
+mod bounds;
 mod properties;
 mod simulation;
 

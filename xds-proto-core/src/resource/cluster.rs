@@ -42,6 +42,10 @@ pub const DEFAULT_MIN_RING_SIZE: u64 = 1024;
 /// The default `choice_count` for least-request (A48).
 pub const DEFAULT_CHOICE_COUNT: u32 = 2;
 
+/// The largest `choice_count` least-request uses (A48): a larger value is accepted and
+/// counts as this one.
+pub const MAX_CHOICE_COUNT: u32 = 10;
+
 /// How deeply `load_balancing_policy` may nest (through `wrr_locality`).
 pub const MAX_LB_POLICY_DEPTH: usize = 16;
 
@@ -68,7 +72,8 @@ pub struct ClusterResource {
 /// A cluster's outlier detection (gRFC A50), with gRPC's defaults applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutlierDetection {
-    /// Time between ejection sweeps (`interval`, default 10 s).
+    /// Time between ejection sweeps (`interval`, default 10 s; 0 is valid in A50, and
+    /// the load balancer then sweeps at most once per millisecond).
     pub interval: Duration,
     /// `base_ejection_time` (default 30 s): an ejection lasts this times the endpoint's
     /// ejection multiplier.
@@ -156,7 +161,8 @@ pub enum LbPolicy {
     },
     /// `least_request` (A48).
     LeastRequest {
-        /// Endpoints sampled per pick (at least 2; default 2).
+        /// Endpoints sampled per pick, as sent (at least 2; default 2). The load
+        /// balancer samples at most [`MAX_CHOICE_COUNT`] (A48).
         choice_count: u32,
     },
     /// `wrr_locality` (A52): weighted locality picking with this endpoint policy.
