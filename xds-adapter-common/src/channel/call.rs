@@ -22,7 +22,6 @@ use futures::future::{Either, select};
 use http::header::HeaderValue;
 use http::{HeaderMap, Method, Uri};
 use xds_proto_core::Instant;
-use xds_proto_core::lb::hash_header_value;
 use xds_proto_core::resource::route::HashPolicy;
 use xds_proto_core::selector::Selection;
 
@@ -420,7 +419,7 @@ fn request_hash(selection: &Selection, headers: &HeaderMap, channel_id: u64) -> 
                 header_name,
                 terminal,
                 ..
-            } => (header_hash(headers, header_name), *terminal),
+            } => (header_hash(headers, header_name, policy), *terminal),
             HashPolicy::ChannelId { terminal } => (Some(channel_id), *terminal),
             _ => (None, false),
         };
@@ -434,8 +433,9 @@ fn request_hash(selection: &Selection, headers: &HeaderMap, channel_id: u64) -> 
     hash
 }
 
-/// The hash of a header's values joined with `,` (gRPC's view of repeated headers).
-fn header_hash(headers: &HeaderMap, name: &str) -> Option<u64> {
+/// The policy's hash of a header's values joined with `,` (gRPC's view of repeated
+/// headers), after its `regex_rewrite`.
+fn header_hash(headers: &HeaderMap, name: &str, policy: &HashPolicy) -> Option<u64> {
     let mut values = headers.get_all(name).iter().map(HeaderValue::as_bytes);
     let first = values.next()?;
     let mut joined = first.to_vec();
@@ -443,5 +443,80 @@ fn header_hash(headers: &HeaderMap, name: &str) -> Option<u64> {
         joined.push(b',');
         joined.extend_from_slice(value);
     }
-    Some(hash_header_value(&joined))
+    policy.header_value_hash(&joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use rand_core::SeedableRng;
+    use xds_proto_core::pb::envoy::config::route::v3 as route_pb;
+    use xds_proto_core::pb::envoy::r#type::matcher::v3 as matcher_pb;
+    use xds_proto_core::selector::{ClusterRegistry, ConfigSelector};
+
+    /// A route whose hash policy hashes `x-user` after stripping a `u-` prefix.
+    fn selection() -> Selection {
+        use route_pb::route_action::hash_policy::{Header, PolicySpecifier};
+        let action = route_pb::RouteAction {
+            cluster_specifier: Some(route_pb::route_action::ClusterSpecifier::Cluster(
+                "c".into(),
+            )),
+            hash_policy: vec![route_pb::route_action::HashPolicy {
+                policy_specifier: Some(PolicySpecifier::Header(Header {
+                    header_name: "x-user".into(),
+                    regex_rewrite: Some(matcher_pb::RegexMatchAndSubstitute {
+                        pattern: Some(matcher_pb::RegexMatcher {
+                            regex: "^u-(.*)$".into(),
+                            ..Default::default()
+                        }),
+                        substitution: "\\1".into(),
+                    }),
+                })),
+                terminal: false,
+            }],
+            ..Default::default()
+        };
+        let config = route_pb::RouteConfiguration {
+            name: "r".into(),
+            virtual_hosts: vec![route_pb::VirtualHost {
+                name: "v".into(),
+                domains: vec!["*".into()],
+                routes: vec![route_pb::Route {
+                    r#match: Some(route_pb::RouteMatch {
+                        path_specifier: Some(route_pb::route_match::PathSpecifier::Prefix(
+                            String::new(),
+                        )),
+                        ..Default::default()
+                    }),
+                    action: Some(route_pb::route::Action::Route(Box::new(action))),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (_, routes) =
+            xds_proto_core::resource::route::decode(&config.encode_to_vec()).expect("valid");
+        let mut registry = ClusterRegistry::new();
+        let selector =
+            ConfigSelector::from_virtual_host(&routes.virtual_hosts[0], &[], None, &mut registry);
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(1);
+        let headers = HeaderMap::new();
+        selector
+            .select("/s/m", &HeaderMetadata(&headers), &mut rng)
+            .expect("routed")
+    }
+
+    /// A42: a header hash policy's `regex_rewrite` applies before hashing, so users
+    /// `u-alice` and `alice` land on the same endpoint (it was ignored).
+    #[test]
+    fn the_header_hash_applies_the_policys_regex_rewrite() {
+        let selection = selection();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-user", HeaderValue::from_static("u-alice"));
+        let hash = request_hash(&selection, &headers, 9);
+        assert_eq!(hash, Some(xds_proto_core::lb::hash_header_value(b"alice")));
+        assert_eq!(request_hash(&selection, &HeaderMap::new(), 9), None);
+    }
 }

@@ -23,6 +23,7 @@ use super::validate::{FieldError, type_name};
 mod action;
 mod by_route;
 mod decode;
+mod hash;
 #[cfg(test)]
 mod tests;
 
