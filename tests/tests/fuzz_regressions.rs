@@ -14,10 +14,11 @@ use xds_proto_tests::sim::fuzz;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 3] = [
+const TARGETS: [(&str, Target); 4] = [
     ("interleave", fuzz::interleave),
     ("decode_response", fuzz::decode_response),
     ("bootstrap", fuzz::bootstrap),
+    ("lb", fuzz::lb),
 ];
 
 fn fuzz_dir() -> PathBuf {

@@ -11,6 +11,8 @@
 //!   client on a delta stream.
 //! - [`bootstrap`]: the bytes as bootstrap JSON; whatever parses must round-trip through
 //!   [`bootstrap_json::to_json`] and take watches.
+//! - [`lb`]: arbitrary CDS and EDS resources through the decoders, then subchannel
+//!   states, call outcomes, picks and time into a `LoadBalancer` (in `fuzz/lb.rs`).
 //!
 //! Every function panics, with the broken rule, when an invariant fails.
 
@@ -31,6 +33,9 @@ use super::check::{CheckOptions, CheckedClient, Violation};
 use super::server::{SIM_TYPES, garbage_any, invalid_any, valid_any};
 use super::{bootstrap_json, rng::SimRng};
 use crate::{CDS, EDS, LDS, ONE_SERVER_BOOTSTRAP, RDS};
+
+mod lb;
+pub use lb::{LIVE_BYTES_LIMIT, lb};
 
 const UNKNOWN_TYPE: &str = "type.googleapis.com/fuzz.Unknown";
 const NAMES: [&str; 5] = [
@@ -568,5 +573,9 @@ pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
             "server_listener_resource_name_template": "grpc/server?addr=%s"}"#
             .to_vec(),
     ));
+    let mut rng = SimRng::new(0x1b);
+    for len in [32usize, 128, 512, 2048] {
+        out.push(("lb", (0..len).map(|_| rng.next_u64() as u8).collect()));
+    }
     out
 }
