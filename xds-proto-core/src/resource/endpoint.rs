@@ -189,27 +189,22 @@ impl AddressSet {
 fn parse_cluster_load_assignment(
     cla: lite::ClusterLoadAssignment,
 ) -> Result<EndpointsResource, FieldError> {
-    // Localities by priority, sorted by priority (a huge priority value costs nothing);
-    // nearly always one, inline.
-    let mut by_priority: SmallVec<[(u32, Vec<LocalityEndpoints>); 1]> = SmallVec::new();
+    // The localities with their priorities, in the order received; grouped by priority
+    // once all are in (a huge priority value costs nothing). Both checks are linear: a
+    // scan of the localities so far per locality, or an insertion per new priority into
+    // a sorted list, made a large assignment quadratic (40,000 localities took minutes).
+    let mut parsed: Vec<(u32, LocalityEndpoints)> = Vec::with_capacity(cla.endpoints.len());
+    let mut seen = LocalitySet::default();
     let total: usize = cla.endpoints.iter().map(|l| l.endpoints.len()).sum();
     let mut addresses = AddressSet::with_capacity(total);
     for (i, lle) in cla.endpoints.into_iter().enumerate() {
         let at = |e: FieldError| e.at_index("endpoints", i);
         let priority = lle.priority;
-        let Some(parsed) = parse_locality(lle, &mut addresses).map_err(at)? else {
+        let Some(locality) = parse_locality(lle, &mut addresses).map_err(at)? else {
             continue;
         };
-        let slot = match by_priority.binary_search_by_key(&priority, |(p, _)| *p) {
-            Ok(slot) => slot,
-            Err(slot) => {
-                by_priority.insert(slot, (priority, Vec::new()));
-                slot
-            }
-        };
-        let localities = &mut by_priority[slot].1;
-        if localities.iter().any(|l| l.locality == parsed.locality) {
-            let l = &parsed.locality;
+        if !seen.insert(&parsed, priority, &locality.locality) {
+            let l = &locality.locality;
             return Err(at(FieldError::new(
                 "locality",
                 format!(
@@ -218,10 +213,14 @@ fn parse_cluster_load_assignment(
                 ),
             )));
         }
-        localities.push(parsed);
+        parsed.push((priority, locality));
     }
-    let mut priorities = Vec::with_capacity(by_priority.len());
-    for (expected, (priority, localities)) in by_priority.into_iter().enumerate() {
+    // Stable: a priority's localities keep the order received.
+    parsed.sort_by_key(|(priority, _)| *priority);
+    let mut parsed = parsed.into_iter().peekable();
+    let mut priorities = Vec::new();
+    while let Some((priority, first)) = parsed.next() {
+        let expected = priorities.len();
         if usize::try_from(priority).ok() != Some(expected) {
             return Err(FieldError::new(
                 "endpoints",
@@ -230,6 +229,10 @@ fn parse_cluster_load_assignment(
                      priority {priority} is set"
                 ),
             ));
+        }
+        let mut localities = vec![first];
+        while let Some((_, next)) = parsed.next_if(|(p, _)| *p == priority) {
+            localities.push(next);
         }
         let total = localities
             .iter()
@@ -256,6 +259,34 @@ fn parse_cluster_load_assignment(
         priorities,
         drop_overloads,
     })
+}
+
+/// The (priority, locality) pairs of an assignment so far, to reject duplicates in
+/// constant time: by hash, to their positions in the list being built.
+#[derive(Default)]
+struct LocalitySet(crate::DetHashMap<u64, SmallVec<[u32; 1]>>);
+
+impl LocalitySet {
+    /// Adds the pair that is about to be pushed at `parsed.len()`; false if `parsed`
+    /// already holds it.
+    fn insert(
+        &mut self,
+        parsed: &[(u32, LocalityEndpoints)],
+        priority: u32,
+        locality: &Locality,
+    ) -> bool {
+        use std::hash::BuildHasher;
+        let key = foldhash::fast::FixedState::default().hash_one((priority, locality));
+        let positions = self.0.entry(key).or_default();
+        let duplicate = positions.iter().any(|&j| {
+            let (p, l) = &parsed[j as usize];
+            *p == priority && l.locality == *locality
+        });
+        if !duplicate {
+            positions.push(parsed.len() as u32);
+        }
+        !duplicate
+    }
 }
 
 /// Validates one locality; `Ok(None)` for a locality without weight (gRPC ignores it).
