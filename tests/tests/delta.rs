@@ -413,6 +413,37 @@ fn a_resource_without_a_body_and_a_name_both_sent_and_removed_are_nacked() {
     );
 }
 
+/// Issue 24 item 3: a delta `Resource` named `foo5` around a valid cluster named
+/// `foo5-inner` is `foo5`, as a SotW wrapper is (`scenarios.rs`): told to `foo5`'s
+/// watch and ACKed, never NACKed, and no does-not-exist follows.
+#[test]
+fn a_delta_resource_is_named_by_its_name_not_by_its_payload() {
+    let mut h = Harness::delta();
+    let w = h.watch::<Cds>("foo5");
+    let s = h.connect_first_delta(CDS, &["foo5"]);
+    h.respond_delta(
+        s,
+        delta_response(
+            CDS,
+            "n1",
+            vec![("foo5", "v1", cluster_v("foo5-inner", 7))],
+            &[],
+        ),
+    );
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name), (w, "foo5"));
+    assert_eq!(changed_value(&n), 7);
+    assert_eq!(h.expect_delta_request(s), DeltaReq::new(CDS).ack("n1"));
+    h.sent(s);
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+    let snap = &h.client.resource_snapshot()[0];
+    assert_eq!(
+        (&*snap.name, snap.status),
+        ("foo5", ResourceStatusKind::Acked)
+    );
+}
+
 #[test]
 fn an_undecodable_delta_response_fails_the_stream() {
     let mut h = Harness::delta();

@@ -1588,6 +1588,48 @@ fn an_invalid_payload_in_a_resource_wrapper_is_reported_under_the_wrappers_name(
     h.expect_nothing();
 }
 
+/// Issue 24 item 3: the wrapper's name is the resource's name, whatever its payload
+/// calls itself (as C-core files it): a wrapper `foo5` around a valid cluster named
+/// `foo5-inner` fills `foo5`'s watch, is ACKed, and stays: no does-not-exist, and the
+/// next response that carries it again deletes nothing. Delta follows the same rule
+/// (`delta.rs`).
+#[test]
+fn a_wrapped_resource_is_named_by_its_wrapper_not_by_its_payload() {
+    let mut h = Harness::new();
+    let w = h.watch::<Cds>("foo5");
+    let s = h.connect_first(CDS, &["foo5"]);
+    let wrapped = || {
+        let wrapper = Resource {
+            name: "foo5".to_string(),
+            resource: Some(cluster("foo5-inner")),
+            ..Default::default()
+        };
+        any(
+            xds_proto_core::resource::type_url::RESOURCE_WRAPPER,
+            &wrapper,
+        )
+    };
+    h.respond(s, CDS, "1", "n1", vec![wrapped()]);
+    let n = h.expect_notify();
+    assert_eq!((n.watcher, &*n.name), (w, "foo5"));
+    assert_eq!(
+        value_of(&n).get::<Cds>().expect("a cluster").name,
+        "foo5-inner"
+    );
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["foo5"], "1", "n1"));
+    h.sent(s);
+    h.respond(s, CDS, "2", "n2", vec![wrapped()]);
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["foo5"], "2", "n2"));
+    h.sent(s);
+    h.advance(60 * SECOND);
+    h.expect_nothing();
+    let snap = &h.client.resource_snapshot()[0];
+    assert_eq!(
+        (&*snap.name, snap.status),
+        ("foo5", ResourceStatusKind::Acked)
+    );
+}
+
 /// Item 4: an ambient error that clears while the value stays the same is announced
 /// by telling the value again (`Changed(Ok)`): after a NACK, a TP3 error, an ignored
 /// deletion, and a connectivity error.

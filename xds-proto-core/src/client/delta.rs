@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::cache::{ResourceEntry, ResourceTable};
 use super::envelope::{self, DeltaResource};
-use super::response::{Decoded, ResponseContext, canonical_name, decode_payload};
+use super::response::{Decoded, ResponseContext, canonical_name, decode_enveloped};
 use super::server::{InFlight, PendingAck, ServerState};
 use super::wildcard::WILDCARD;
 use super::{Code, DeltaRequest, StreamId, TypeIdx, XdsClient};
@@ -268,41 +268,15 @@ impl XdsClient {
     }
 }
 
-/// Decodes one delta `Resource`: named by its `name` (or `resource_name`) when set,
-/// like a SotW `Resource` wrapper, so that an invalid payload's error reaches that
-/// name's watchers and the NACK names it. A payload of another name is rejected: the
-/// cache would otherwise hold one resource under another's name.
+/// Decodes one delta `Resource`: named by its `name` (or else `resource_name`) as a
+/// SotW `Resource` wrapper is, by the same rule ([`decode_enveloped`]).
 fn decode_delta_resource(
     ty: &ResourceTypeInfo,
     r: DeltaResource,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    let name = Some(r.name)
-        .filter(|n| !n.is_empty())
-        .or_else(|| r.resource_name.map(|n| n.name).filter(|n| !n.is_empty()));
-    let Some(any) = r.resource else {
-        return Err(resource::DecodeError {
-            name,
-            message: "Resource has no resource".to_string(),
-        });
+    let name = match r.name.is_empty() {
+        false => r.name,
+        true => r.resource_name.map(|n| n.name).unwrap_or_default(),
     };
-    let matches = any.type_url == ty.type_url().as_bytes();
-    match (decode_payload(ty, any, matches), name) {
-        (Ok(decoded), None) => Ok(decoded),
-        (Ok((inner, value, raw)), Some(name)) => {
-            if canonical_name(inner.clone()) == canonical_name(name.clone()) {
-                Ok((name, value, raw))
-            } else {
-                Err(resource::DecodeError {
-                    message: format!(
-                        "Resource name {name:?} differs from the resource's {inner:?}"
-                    ),
-                    name: Some(name),
-                })
-            }
-        }
-        (Err(e), name) => Err(resource::DecodeError {
-            name: name.or(e.name),
-            message: e.message,
-        }),
-    }
+    decode_enveloped(ty, name, r.resource)
 }

@@ -513,9 +513,7 @@ impl Decoded {
 
 /// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
 /// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
-/// A wrapped resource is named by its wrapper: when the payload does not decode or
-/// fails validation, the error goes to the wrapper's name, so that its watchers hear
-/// of it and the NACK names it.
+/// A wrapped resource is named by its wrapper ([`decode_enveloped`]).
 fn decode_one(
     ty: &ResourceTypeInfo,
     any: envelope::Any,
@@ -527,22 +525,55 @@ fn decode_one(
     let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
         resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
     })?;
-    let name = (!wrapper.name.is_empty()).then_some(wrapper.name);
-    let Some(inner) = wrapper.resource else {
-        return Err(resource::DecodeError {
-            name,
-            message: "Resource wrapper has no resource".to_string(),
-        });
-    };
-    let matches = inner.type_url == ty.type_url();
-    let inner = envelope::Any {
+    let inner = wrapper.resource.map(|inner| envelope::Any {
         type_url: Bytes::from(inner.type_url.into_bytes()),
         value: inner.value,
+    });
+    decode_enveloped(ty, wrapper.name, inner)
+}
+
+/// Decodes a resource that came in a `Resource` envelope: a SotW `Resource` wrapper or
+/// a delta response's `Resource`, whose `name` is `envelope_name` (empty when unset).
+///
+/// The one naming rule of both variants: a non-empty envelope name IS the resource's
+/// name, whatever name the payload gives itself (C-core files a wrapped resource under
+/// the wrapper's name and never reads the payload's; Envoy does the same for SotW and
+/// delta alike). So the value is filed, ACKed and told under that name, and when the
+/// payload is missing, does not decode or fails validation, the error goes to that name
+/// too: its watchers hear of it and the NACK names it. Only an unnamed envelope takes
+/// the payload's name.
+pub(super) fn decode_enveloped(
+    ty: &ResourceTypeInfo,
+    envelope_name: String,
+    payload: Option<envelope::Any>,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    let name = (!envelope_name.is_empty()).then_some(envelope_name);
+    let Some(any) = payload else {
+        return Err(resource::DecodeError {
+            name,
+            message: "Resource has no resource".to_string(),
+        });
     };
-    decode_payload(ty, inner, matches).map_err(|e| resource::DecodeError {
-        name: name.or(e.name),
-        message: e.message,
-    })
+    let matches = any.type_url == ty.type_url().as_bytes();
+    match decode_payload(ty, any, matches) {
+        Ok((inner, value, raw)) => match name {
+            Some(name) => {
+                if inner != name {
+                    tracing::debug!(
+                        name = %name,
+                        payload_name = %inner,
+                        "resource named by its Resource envelope, not by its payload"
+                    );
+                }
+                Ok((name, value, raw))
+            }
+            None => Ok((inner, value, raw)),
+        },
+        Err(e) => Err(resource::DecodeError {
+            name: name.or(e.name),
+            message: e.message,
+        }),
+    }
 }
 
 /// Decodes one unwrapped resource whose type URL was checked (`type_matches`).
