@@ -315,7 +315,7 @@ fn the_error_is_reported_only_when_every_server_failed_naming_the_last() {
             assert_eq!(e.kind, ErrorKind::Connectivity);
             assert_eq!(
                 e.status.message,
-                "xDS channel for server \"fallback:443\": ADS stream closed before any response: UNAVAILABLE: no route to host"
+                "xDS channel for server \"fallback:443\": ADS stream closed before any response: UNAVAILABLE: no route to host (node ID:n)"
             );
         }
         other => panic!("{other:?}"),

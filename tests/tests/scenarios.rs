@@ -329,11 +329,20 @@ fn invalid_update_of_a_cached_resource_is_nacked_with_the_last_acked_version() {
     assert_eq!(n.watcher, ws[0]);
     let e = ambient_error(&n);
     assert_eq!(e.kind, ErrorKind::Invalid);
-    assert!(e.status.message.contains("\"c1\""), "{}", e.status.message);
     let req = h.expect_request(s);
     assert_eq!((req.version.as_str(), req.nonce.as_str()), ("1", "n2"));
     let detail = req.error.expect("a NACK");
     assert!(detail.starts_with("resource index 0: c1: "), "{detail}");
+    let reason = detail
+        .strip_prefix("resource index 0: c1: ")
+        .unwrap_or_default();
+    assert_eq!(
+        e.status.message,
+        format!(
+            "xDS server \"xds.example:443\" sent an invalid Cluster \"c1\" (version \"2\"): \
+             {reason} (node ID:test-node)"
+        )
+    );
     h.expect_nothing();
     // The cached value stays and CSDS shows the NACK with its version.
     let snap = &h.client.resource_snapshot()[0];
@@ -613,7 +622,7 @@ fn stream_closed_before_any_response_is_a_connectivity_error_for_every_watcher()
         assert_eq!(e.status.code, Code::UNAVAILABLE);
         assert_eq!(
             e.status.message,
-            "xDS channel for server \"xds.example:443\": ADS stream closed before any response: UNAVAILABLE: connection refused"
+            "xDS channel for server \"xds.example:443\": ADS stream closed before any response: UNAVAILABLE: connection refused (node ID:test-node)"
         );
         seen.push(n.watcher);
     }
@@ -698,7 +707,7 @@ fn connectivity_failure_with_cached_data_is_an_ambient_error() {
     assert_eq!(e.kind, ErrorKind::Connectivity);
     assert_eq!(
         e.status.message,
-        "xDS channel for server \"xds.example:443\": connection reset by peer"
+        "xDS channel for server \"xds.example:443\": connection reset by peer (node ID:test-node)"
     );
     h.expect_nothing();
     // A new watcher gets the value, then the standing error.
@@ -791,7 +800,7 @@ fn does_not_exist_fires_15_seconds_after_the_subscription_was_sent() {
     );
     assert_eq!(
         e.status.message,
-        "Cluster \"missing\" does not exist: xDS server \"xds.example:443\" did not send it within 15s"
+        "Cluster \"missing\" does not exist: xDS server \"xds.example:443\" did not send it within 15s (node ID:test-node)"
     );
     assert_eq!(
         h.client.resource_snapshot()[0].status,
@@ -1077,6 +1086,11 @@ fn missing_cds_resource_is_an_ambient_not_found_by_default_and_the_cache_is_kept
         (e.kind, e.status.code),
         (ErrorKind::DeletionIgnored, Code::NOT_FOUND)
     );
+    assert_eq!(
+        e.status.message,
+        "xDS server \"xds.example:443\" no longer sends Cluster \"c2\"; keeping the cached \
+         value (node ID:test-node)"
+    );
     assert_eq!(h.expect_request(s), Req::new(CDS, &["c1", "c2"], "2", "n2"));
     h.sent(s);
     // Reported once, not on every response that still omits it.
@@ -1279,7 +1293,9 @@ fn transient_server_error_for_an_uncached_resource_cancels_the_timer() {
         let e = changed_error(&n);
         assert_eq!((e.kind, e.status.code), (ErrorKind::ServerReported, code));
         assert!(
-            e.status.message.ends_with("backend down"),
+            e.status
+                .message
+                .ends_with("backend down (node ID:test-node)"),
             "{}",
             e.status.message
         );
@@ -1342,6 +1358,11 @@ fn not_found_for_an_uncached_resource_is_does_not_exist_at_once() {
     assert_eq!(
         (e.kind, e.status.code),
         (ErrorKind::DoesNotExist, Code::NOT_FOUND)
+    );
+    assert_eq!(
+        e.status.message,
+        "xDS server \"xds.example:443\" reported an error for Listener \"l1\": NOT_FOUND: no \
+         such listener (node ID:test-node)"
     );
     h.expect_request(s);
     h.advance(60 * SECOND);
@@ -1534,7 +1555,7 @@ fn the_transient_resource_timer_runs_30_seconds() {
     );
     assert_eq!(
         e.status.message,
-        "timed out after 30s waiting for Cluster \"c1\" from xDS server \"xds.example:443\""
+        "timed out after 30s waiting for Cluster \"c1\" from xDS server \"xds.example:443\" (node ID:test-node)"
     );
 }
 
@@ -1751,10 +1772,10 @@ fn csds_shows_an_ignored_deletion_as_does_not_exist_with_the_cached_config() {
     assert_eq!(c2.version_info, "1"); // the cached value's
     let failure = c2.error_state.expect("the reason");
     assert_eq!(failure.version_info, "2");
-    assert!(
-        failure.details.contains("no longer sends Cluster \"c2\""),
-        "{}",
-        failure.details
+    // CSDS records the reason untagged: its ClientConfig names the node already.
+    assert_eq!(
+        failure.details,
+        "xDS server \"xds.example:443\" no longer sends Cluster \"c2\"; keeping the cached value"
     );
     let states: Vec<CacheState> = h
         .client

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
+use super::status::NodeTag;
 use super::timer::{ArmedTimers, Timers};
 use super::{
     Action, Notification, ResourceSnapshot, ResourceStatusKind, UpdateFailure, WatchEvent,
@@ -209,11 +210,12 @@ impl ResourceEntry {
     /// the watchers get an ambient NOT_FOUND (CSDS: DOES_NOT_EXIST with the cached
     /// config), or under `fail_on_data_errors` it is dropped; uncached, it does not
     /// exist, at once. The deprecated `ignore_resource_deletion` (A53) changes nothing.
+    /// The watchers' error ends with `node`'s tag; CSDS records it untagged.
     pub(super) fn delete(
         &mut self,
         actions: &mut VecDeque<Action>,
         type_url: &'static str,
-        server: &ServerConfig,
+        (server, node): (&ServerConfig, &NodeTag),
         version: &str,
         now: Instant,
     ) {
@@ -225,15 +227,16 @@ impl ResourceEntry {
         tracing::trace!(name = %self.name, drop_cached, "resource deleted by the server");
         let error = if drop_cached {
             let why = format!("xDS server {uri:?} removed it (fail_on_data_errors)");
-            XdsError::does_not_exist(type_url, &self.name, &why)
+            XdsError::does_not_exist(&NodeTag::NONE, type_url, &self.name, &why)
         } else if self.cached.is_none() {
             XdsError::does_not_exist(
+                &NodeTag::NONE,
                 type_url,
                 &self.name,
                 &format!("xDS server {uri:?} removed it"),
             )
         } else {
-            XdsError::deletion_ignored(type_url, &self.name, uri)
+            XdsError::deletion_ignored(&NodeTag::NONE, type_url, &self.name, uri)
         };
         if drop_cached || self.cached.is_none() {
             // Nothing is left of it: no earlier NACK or server error stands.
@@ -246,7 +249,7 @@ impl ResourceEntry {
             version: version.to_string(),
             at: now,
         }));
-        self.fail(actions, type_url, error, drop_cached);
+        self.fail(actions, type_url, error.tagged(node), drop_cached);
     }
 
     /// Tells the watchers of a connectivity error of the server serving it: ambient

@@ -206,7 +206,7 @@ impl XdsClient {
             entry.delete(
                 &mut self.actions,
                 cx.type_url,
-                &cx.config,
+                (&cx.config, &cx.node),
                 &cx.version_info,
                 now,
             );

@@ -122,7 +122,7 @@ impl XdsClient {
         );
         let error = if transient {
             entry.timed_out = true;
-            XdsError::timeout(type_url, name, &config.server_uri, timeout)
+            XdsError::timeout(&self.node_tag, type_url, name, &config.server_uri, timeout)
         } else {
             let why = format!(
                 "xDS server {:?} did not send it within {timeout:?}",
@@ -134,7 +134,7 @@ impl XdsClient {
                 version,
                 at: now,
             }));
-            XdsError::does_not_exist(type_url, name, &why)
+            XdsError::does_not_exist(&self.node_tag, type_url, name, &why)
         };
         entry.fail(&mut self.actions, type_url, error, false);
     }
@@ -147,7 +147,7 @@ impl XdsClient {
             stream.connected = false;
         }
         tracing::warn!(server = %srv.config.server_uri, %reason, "xDS channel failed");
-        let error = XdsError::connectivity(&srv.config.server_uri, &reason);
+        let error = XdsError::connectivity(&self.node_tag, &srv.config.server_uri, &reason);
         self.report_connectivity_error(server, error);
     }
 
@@ -171,7 +171,7 @@ impl XdsClient {
             return;
         }
         let reason = format!("ADS stream closed before any response: {status}");
-        let error = XdsError::connectivity(&srv.config.server_uri, &reason);
+        let error = XdsError::connectivity(&self.node_tag, &srv.config.server_uri, &reason);
         let delay = srv.backoff.next_delay(&mut self.rng);
         tracing::warn!(
             server = %srv.config.server_uri,

@@ -140,6 +140,8 @@ type TypeIdx = usize;
 pub struct XdsClient {
     config: XdsClientConfig,
     node: crate::pb::envoy::config::core::v3::Node,
+    /// What every error told to a watcher ends with: the node ID.
+    node_tag: status::NodeTag,
     types: Vec<ResourceTypeInfo>,
     servers: Vec<ServerState>,
     authorities: Vec<AuthorityState>,
@@ -179,9 +181,11 @@ impl XdsClient {
         let types = resource::builtin_types();
         let on_hold = vec![false; types.len()];
         let resources = types.iter().map(|_| ResourceTable::default()).collect();
+        let node_tag = status::NodeTag::new(&node.id);
         XdsClient {
             config,
             node,
+            node_tag,
             types,
             servers: Vec::new(),
             authorities: Vec::new(),

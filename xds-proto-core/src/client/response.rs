@@ -11,6 +11,7 @@ use prost::Message;
 
 use super::cache::{ResourceTable, Slot};
 use super::envelope;
+use super::status::NodeTag;
 use super::{
     Action, Code, MAX_NACK_DETAIL_BYTES, Status, StreamId, TypeIdx, UpdateFailure, XdsClient,
     XdsError,
@@ -33,6 +34,8 @@ pub(super) struct ResponseContext {
     /// The response's number (see `cache::Seen`).
     pub(super) stamp: u64,
     pub(super) now: Instant,
+    /// What the errors told to watchers end with.
+    pub(super) node: NodeTag,
 }
 
 impl ResponseContext {
@@ -219,6 +222,7 @@ impl XdsClient {
             version_info,
             stamp: self.responses_applied,
             now,
+            node: self.node_tag.clone(),
         }
     }
 
@@ -332,6 +336,7 @@ impl XdsClient {
                     tracing::trace!(name = %entry.name, %message, "resource rejected");
                     let uri = &cx.config.server_uri;
                     let error = XdsError::invalid(
+                        &cx.node,
                         cx.type_url,
                         &entry.name,
                         uri,
@@ -389,7 +394,8 @@ impl XdsClient {
                 entry.does_not_exist = Some(Box::new(failure.clone()));
             }
             entry.server_error = Some(Box::new(failure));
-            let error = XdsError::server_reported(cx.type_url, name, &cx.config.server_uri, status);
+            let uri = &cx.config.server_uri;
+            let error = XdsError::server_reported(&cx.node, cx.type_url, name, uri, status);
             entry.fail(&mut self.actions, cx.type_url, error, drop_cached);
         }
     }
@@ -431,7 +437,7 @@ impl XdsClient {
             entry.delete(
                 &mut self.actions,
                 cx.type_url,
-                &cx.config,
+                (&cx.config, &cx.node),
                 &cx.version_info,
                 cx.now,
             );

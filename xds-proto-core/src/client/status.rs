@@ -2,6 +2,7 @@
 //! failure so that every path words its message the same way.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A gRPC status code, kept as its wire value so that codes unknown today survive.
@@ -155,19 +156,53 @@ impl fmt::Display for XdsError {
 
 impl std::error::Error for XdsError {}
 
+/// What every error a watcher is told ends with: the client's node ID, worded as
+/// C-core words it (` (node ID:my-node)`), so that an operator can find the client in
+/// the control plane's logs. gRPC-Go says the same as a prefix (`[xDS node id:
+/// my-node]: ...`); we follow C-core. Nothing is added when the bootstrap gives no
+/// node ID.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct NodeTag(Option<Arc<str>>);
+
+impl NodeTag {
+    /// The tag of the node `id`.
+    pub(super) fn new(id: &str) -> NodeTag {
+        NodeTag((!id.is_empty()).then(|| Arc::from(format!(" (node ID:{id})"))))
+    }
+
+    /// No tag: for a message recorded for CSDS, which names the node on its own.
+    pub(super) const NONE: NodeTag = NodeTag(None);
+
+    fn append(&self, mut message: String) -> String {
+        if let Some(tag) = &self.0 {
+            message.push_str(tag);
+        }
+        message
+    }
+}
+
 /// The messages are part of the contract (tests and operators read them): each
-/// constructor words one failure, naming the resource and the server.
+/// constructor words one failure, naming the resource and the server, and ends with
+/// the node's [`NodeTag`].
 impl XdsError {
-    fn new(kind: ErrorKind, code: Code, message: String) -> XdsError {
+    fn new(node: &NodeTag, kind: ErrorKind, code: Code, message: String) -> XdsError {
         XdsError {
             kind,
-            status: Status::new(code, message),
+            status: Status::new(code, node.append(message)),
         }
     }
 
+    /// The same error, its message ending with `node`'s tag (made with
+    /// [`NodeTag::NONE`] to record its message untagged first).
+    pub(super) fn tagged(mut self, node: &NodeTag) -> XdsError {
+        self.status.message = node.append(self.status.message);
+        self
+    }
+
     /// The channel or stream to a server failed.
-    pub(super) fn connectivity(server_uri: &str, reason: &str) -> XdsError {
+    pub(super) fn connectivity(node: &NodeTag, server_uri: &str, reason: &str) -> XdsError {
         XdsError::new(
+            node,
             ErrorKind::Connectivity,
             Code::UNAVAILABLE,
             format!("xDS channel for server {server_uri:?}: {reason}"),
@@ -175,8 +210,14 @@ impl XdsError {
     }
 
     /// The resource is known not to exist, for the reason `why`.
-    pub(super) fn does_not_exist(type_url: &str, name: &str, why: &str) -> XdsError {
+    pub(super) fn does_not_exist(
+        node: &NodeTag,
+        type_url: &str,
+        name: &str,
+        why: &str,
+    ) -> XdsError {
         XdsError::new(
+            node,
             ErrorKind::DoesNotExist,
             Code::NOT_FOUND,
             format!("{} {name:?} does not exist: {why}", short_type(type_url)),
@@ -185,12 +226,14 @@ impl XdsError {
 
     /// The does-not-exist timer ran out on a server that treats it as transient.
     pub(super) fn timeout(
+        node: &NodeTag,
         type_url: &str,
         name: &str,
         server_uri: &str,
         timeout: Duration,
     ) -> XdsError {
         XdsError::new(
+            node,
             ErrorKind::Timeout,
             Code::UNAVAILABLE,
             format!(
@@ -202,6 +245,7 @@ impl XdsError {
 
     /// The server sent the resource and it failed validation.
     pub(super) fn invalid(
+        node: &NodeTag,
         type_url: &str,
         name: &str,
         server_uri: &str,
@@ -209,6 +253,7 @@ impl XdsError {
         message: &str,
     ) -> XdsError {
         XdsError::new(
+            node,
             ErrorKind::Invalid,
             Code::UNAVAILABLE,
             format!(
@@ -221,6 +266,7 @@ impl XdsError {
     /// The server reported `status` for the resource in `resource_errors` (TP3);
     /// NOT_FOUND means it does not exist.
     pub(super) fn server_reported(
+        node: &NodeTag,
         type_url: &str,
         name: &str,
         server_uri: &str,
@@ -232,6 +278,7 @@ impl XdsError {
             ErrorKind::ServerReported
         };
         XdsError::new(
+            node,
             kind,
             status.code,
             format!(
@@ -242,8 +289,14 @@ impl XdsError {
     }
 
     /// The server omitted a cached resource from a SotW response; the client keeps it.
-    pub(super) fn deletion_ignored(type_url: &str, name: &str, server_uri: &str) -> XdsError {
+    pub(super) fn deletion_ignored(
+        node: &NodeTag,
+        type_url: &str,
+        name: &str,
+        server_uri: &str,
+    ) -> XdsError {
         XdsError::new(
+            node,
             ErrorKind::DeletionIgnored,
             Code::NOT_FOUND,
             format!(
@@ -270,5 +323,33 @@ mod tests {
         assert_eq!(Code(42).to_string(), "CODE(42)");
         assert_eq!(Code::DATA_LOSS.to_string(), "DATA_LOSS");
         assert_eq!(short_type(crate::resource::type_url::CLUSTER), "Cluster");
+    }
+
+    /// Every constructor ends its message with the node's tag, worded as C-core's
+    /// ` (node ID:...)`; an empty node ID adds nothing.
+    #[test]
+    fn every_error_ends_with_the_node_id() {
+        let node = NodeTag::new("my-node");
+        let url = crate::resource::type_url::CLUSTER;
+        let status = Status::new(Code::NOT_FOUND, "gone");
+        let errors = [
+            XdsError::connectivity(&node, "xds:443", "refused"),
+            XdsError::does_not_exist(&node, url, "c", "removed"),
+            XdsError::timeout(&node, url, "c", "xds:443", Duration::from_secs(30)),
+            XdsError::invalid(&node, url, "c", "xds:443", "1", "bad"),
+            XdsError::server_reported(&node, url, "c", "xds:443", &status),
+            XdsError::deletion_ignored(&node, url, "c", "xds:443"),
+            XdsError::does_not_exist(&NodeTag::NONE, url, "c", "removed").tagged(&node),
+        ];
+        for e in errors {
+            assert!(e.status.message.ends_with(" (node ID:my-node)"), "{e}");
+            assert_eq!(e.status.message.matches("node ID").count(), 1, "{e}");
+        }
+        assert_eq!(
+            XdsError::connectivity(&NodeTag::new(""), "xds:443", "refused")
+                .status
+                .message,
+            "xDS channel for server \"xds:443\": refused"
+        );
     }
 }

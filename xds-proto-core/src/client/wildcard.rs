@@ -62,7 +62,7 @@ impl XdsClient {
             entry.delete(
                 &mut self.actions,
                 cx.type_url,
-                &cx.config,
+                (&cx.config, &cx.node),
                 &cx.version_info,
                 cx.now,
             );
