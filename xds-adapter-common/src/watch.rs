@@ -377,8 +377,20 @@ mod tests {
 
     use super::*;
 
+    /// A resource type whose value is a number.
+    struct Numbers;
+
+    impl XdsResourceType for Numbers {
+        type Value = u32;
+        const TYPE_URL: &'static str = "type.googleapis.com/test.Number";
+        const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+        fn decode(_: &[u8]) -> Result<(String, u32), xds_proto_core::resource::DecodeError> {
+            Ok((String::new(), 0))
+        }
+    }
+
     fn value(v: u32) -> WatchEvent {
-        WatchEvent::Changed(Ok(ResourceValue::new(v)))
+        WatchEvent::Changed(Ok(ResourceValue::new::<Numbers>(v)))
     }
 
     fn error(kind: ErrorKind, message: &str) -> XdsError {

@@ -6,7 +6,7 @@
 //! A user adds a type by implementing [`XdsResourceType`] and registering it with the
 //! client; everything else (caching, ACK/NACK, timers) works the same for it.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::fmt::{self, Debug};
 use std::sync::Arc;
 
@@ -156,7 +156,9 @@ impl ResourceTypeInfo {
             type_id: std::any::TypeId::of::<T>(),
             type_url: T::TYPE_URL,
             all_resources_required_in_sotw: T::ALL_RESOURCES_REQUIRED_IN_SOTW,
-            decode: |bytes| T::decode(bytes).map(|(name, value)| (name, ResourceValue::new(value))),
+            decode: |bytes| {
+                T::decode(bytes).map(|(name, value)| (name, ResourceValue::new::<T>(value)))
+            },
         }
     }
 
@@ -203,35 +205,58 @@ impl<T: Any + Debug + PartialEq + Send + Sync> ValueObject for T {
 /// A decoded, validated resource as the client caches it: cheap to clone and shared
 /// by every watcher of the resource. Read it as its type with [`get`](Self::get) or
 /// [`to_arc`](Self::to_arc): `value.get::<Cds>()` is the `ClusterResource`.
+///
+/// It knows the resource type it was decoded as, not only its value's Rust type: two
+/// types may share a value type (a user type decoding into `ClusterResource`), and a
+/// value of one never reads back as the other.
 #[derive(Clone)]
-pub struct ResourceValue(Arc<dyn ValueObject>);
+pub struct ResourceValue {
+    value: Arc<dyn ValueObject>,
+    /// The [`XdsResourceType`] it was decoded as.
+    resource_type: TypeId,
+}
 
 impl ResourceValue {
-    /// Wraps a decoded value (for tests and custom decoders; the client wraps what
-    /// [`XdsResourceType::decode`] returns).
-    pub fn new<V: Any + Debug + PartialEq + Send + Sync>(value: V) -> ResourceValue {
-        ResourceValue(Arc::new(value))
+    /// Wraps a decoded value of the resource type `T` (for tests and custom decoders;
+    /// the client wraps what [`XdsResourceType::decode`] returns).
+    pub fn new<T: XdsResourceType>(value: T::Value) -> ResourceValue {
+        ResourceValue {
+            value: Arc::new(value),
+            resource_type: TypeId::of::<T>(),
+        }
     }
 
-    /// The value as `T`'s value type, if it is one.
+    /// The value, if it is a resource of type `T`.
     pub fn get<T: XdsResourceType>(&self) -> Option<&T::Value> {
-        self.0.as_any().downcast_ref::<T::Value>()
+        if !self.is::<T>() {
+            return None;
+        }
+        self.value.as_any().downcast_ref::<T::Value>()
     }
 
-    /// The value as a shared `Arc` of `T`'s value type, if it is one (no copy).
+    /// The value as a shared `Arc`, if it is a resource of type `T` (no copy).
     pub fn to_arc<T: XdsResourceType>(&self) -> Option<Arc<T::Value>> {
-        self.0.clone().as_any_arc().downcast::<T::Value>().ok()
+        if !self.is::<T>() {
+            return None;
+        }
+        self.value.clone().as_any_arc().downcast::<T::Value>().ok()
     }
 
-    /// True when both hold the same type and equal values.
+    /// Whether it is a resource of type `T`.
+    pub fn is<T: XdsResourceType>(&self) -> bool {
+        self.resource_type == TypeId::of::<T>()
+    }
+
+    /// True when both are resources of the same type with equal values.
     pub fn equals(&self, other: &ResourceValue) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0.equals(other.0.as_ref())
+        self.resource_type == other.resource_type
+            && (Arc::ptr_eq(&self.value, &other.value) || self.value.equals(other.value.as_ref()))
     }
 }
 
 impl Debug for ResourceValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+        self.value.fmt(f)
     }
 }
 
@@ -379,6 +404,43 @@ impl EndpointsResource {
 #[cfg(test)]
 mod convenience_tests {
     use super::*;
+
+    /// A user type whose value type is the built-in CDS one.
+    struct OtherClusters;
+
+    impl XdsResourceType for OtherClusters {
+        type Value = ClusterResource;
+        const TYPE_URL: &'static str = "type.googleapis.com/example.OtherCluster";
+        const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+        fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
+            cluster::decode(bytes)
+        }
+    }
+
+    /// Issue 24 item 5: a value reads back only as the resource type it was decoded
+    /// as, even when another type has the same value type.
+    #[test]
+    fn a_value_reads_back_only_as_its_own_resource_type() {
+        let cluster = ClusterResource {
+            name: "c1".into(),
+            cluster_type: ClusterType::Eds { service_name: None },
+            lb_policy: cluster::LbPolicy::RoundRobin,
+            lrs_server: false,
+            max_requests: 1024,
+            tls: None,
+            outlier_detection: None,
+        };
+        let cds = ResourceValue::new::<Cds>(cluster.clone());
+        let other = ResourceValue::new::<OtherClusters>(cluster);
+        assert_eq!(cds.get::<Cds>().map(|c| &*c.name), Some("c1"));
+        assert!(cds.get::<OtherClusters>().is_none());
+        assert!(cds.to_arc::<OtherClusters>().is_none());
+        assert!(other.get::<Cds>().is_none());
+        assert!(other.to_arc::<OtherClusters>().is_some());
+        assert!((cds.is::<Cds>(), other.is::<Cds>()) == (true, false));
+        assert!(!cds.equals(&other), "equal values of two types differ");
+        assert!(cds.equals(&cds.clone()));
+    }
 
     #[test]
     fn cluster_eds_service_name_falls_back_to_the_cluster_name() {
