@@ -19,10 +19,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::{Either, select};
-use http::header::HeaderValue;
 use http::{HeaderMap, Method, Uri};
 use xds_proto_core::Instant;
-use xds_proto_core::resource::route::HashPolicy;
 use xds_proto_core::selector::Selection;
 
 use super::balancer::{CallEnd, CallReporter, PickResult, Shared};
@@ -214,7 +212,7 @@ async fn attempts<R: Runtime>(
         .filter(|p| !p.retryable_codes.is_empty());
     let mut retry = RetryState::new(policy);
     let cluster = selection.cluster().cluster().unwrap_or_default().to_owned();
-    let hash = request_hash(&selection, &head.headers, shared.settings.channel_id);
+    let hash = selection.request_hash(&HeaderMetadata(&head.headers), shared.settings.channel_id);
     let mut bodies = AttemptBodies::new(body, policy.is_some());
     let reporter: Arc<dyn CallReporter> = shared.clone();
     loop {
@@ -408,47 +406,10 @@ fn attempt_end(
     }
 }
 
-/// The request hash for ring-hash clusters (A42): the route's hash policies in order,
-/// up to the first terminal one that produced a hash; several hashes are combined by
-/// rotating and XOR-ing, as Envoy does. `None` when no policy applied.
-fn request_hash(selection: &Selection, headers: &HeaderMap, channel_id: u64) -> Option<u64> {
-    let mut hash: Option<u64> = None;
-    for policy in selection.hash_policies() {
-        let (value, terminal) = match policy {
-            HashPolicy::Header {
-                header_name,
-                terminal,
-                ..
-            } => (header_hash(headers, header_name, policy), *terminal),
-            HashPolicy::ChannelId { terminal } => (Some(channel_id), *terminal),
-            _ => (None, false),
-        };
-        if let Some(value) = value {
-            hash = Some(hash.map_or(value, |h| h.rotate_left(1) ^ value));
-            if terminal {
-                break;
-            }
-        }
-    }
-    hash
-}
-
-/// The policy's hash of a header's values joined with `,` (gRPC's view of repeated
-/// headers), after its `regex_rewrite`.
-fn header_hash(headers: &HeaderMap, name: &str, policy: &HashPolicy) -> Option<u64> {
-    let mut values = headers.get_all(name).iter().map(HeaderValue::as_bytes);
-    let first = values.next()?;
-    let mut joined = first.to_vec();
-    for value in values {
-        joined.push(b',');
-        joined.extend_from_slice(value);
-    }
-    policy.header_value_hash(&joined)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderValue;
     use prost::Message;
     use rand_core::SeedableRng;
     use xds_proto_core::pb::envoy::config::route::v3 as route_pb;
@@ -515,8 +476,11 @@ mod tests {
         let selection = selection();
         let mut headers = HeaderMap::new();
         headers.insert("x-user", HeaderValue::from_static("u-alice"));
-        let hash = request_hash(&selection, &headers, 9);
+        let hash = selection.request_hash(&HeaderMetadata(&headers), 9);
         assert_eq!(hash, Some(xds_proto_core::lb::hash_header_value(b"alice")));
-        assert_eq!(request_hash(&selection, &HeaderMap::new(), 9), None);
+        assert_eq!(
+            selection.request_hash(&HeaderMetadata(&HeaderMap::new()), 9),
+            None
+        );
     }
 }

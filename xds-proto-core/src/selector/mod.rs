@@ -24,7 +24,8 @@
 //! costs about the same with 10 routes or 5,000.
 
 //!
-//! The parts: [`metadata`](self) reads request headers as matchers see them, `matchers`
+//! The parts: [`metadata`](self) reads request headers as matchers see them, `hash`
+//! turns them into the A42 request hash ([`Selection::request_hash`]), `matchers`
 //! holds the per-route predicates, `route_table` the indexed first-match lookup,
 //! `regex_group` the multi-pattern regex DFAs it scans with, and `cluster_registry` the
 //! cluster lifetime. This module holds the [`ConfigSelector`] that ties them together,
@@ -38,6 +39,7 @@ use std::time::Duration;
 pub use rand_core::RngCore;
 
 mod cluster_registry;
+mod hash;
 mod matchers;
 mod metadata;
 mod regex_group;
@@ -46,6 +48,7 @@ mod route_table;
 mod tests;
 
 pub use cluster_registry::{ClusterHandle, ClusterManagerChild, ClusterRegistry};
+pub use hash::request_hash;
 pub use matchers::{
     header_matches, path_matches, route_matches, select_virtual_host, string_matches,
 };

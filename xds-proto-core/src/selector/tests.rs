@@ -76,3 +76,63 @@ fn fraction_draw_bounds() {
     assert!(under_fraction(1_000_000, &mut Fixed(u32::MAX)));
     assert!(!under_fraction(999_999, &mut Fixed(u32::MAX)));
 }
+
+/// Issue 24 item 5: the core's request hash (A42) combines the policies' hashes as
+/// Envoy does, stops at the first terminal one once a hash exists, skips policies
+/// that produce none, and reads headers as route matchers do.
+#[test]
+fn the_request_hash_combines_the_policies_as_a42_says() {
+    use crate::lb::hash_header_value;
+    use crate::resource::route::HashPolicy;
+    use crate::selector::request_hash;
+
+    let header = |name: &str, terminal: bool| HashPolicy::Header {
+        header_name: name.to_string(),
+        regex_rewrite: None,
+        terminal,
+    };
+    let channel = |terminal: bool| HashPolicy::ChannelId { terminal };
+    let headers = [
+        ("x-user", "alice"),
+        ("x-tag", "a"),
+        ("x-tag", "b"),
+        ("x-key-bin", "AAEC"),
+        ("grpc-timeout", "1S"),
+    ];
+    let user = hash_header_value(b"alice");
+    let id = 0x1234_5678_9abc_def0;
+    let hash = |policies: &[HashPolicy]| request_hash(policies, &headers[..], id);
+    assert_eq!(hash(&[]), None);
+    assert_eq!(hash(&[header("x-user", false)]), Some(user));
+    assert_eq!(hash(&[channel(false)]), Some(id));
+    // Several hashes: rotate the running hash left by one and XOR the next.
+    assert_eq!(
+        hash(&[header("x-user", false), channel(false)]),
+        Some(user.rotate_left(1) ^ id)
+    );
+    // A terminal policy ends the evaluation once a hash exists, whether it produced
+    // one itself or an earlier policy did (Envoy's and gRPC-Go's rule); with no hash
+    // yet, it does not.
+    assert_eq!(hash(&[header("x-user", true), channel(false)]), Some(user));
+    assert_eq!(hash(&[header("x-absent", true), channel(false)]), Some(id));
+    assert_eq!(
+        hash(&[
+            header("x-user", false),
+            header("x-absent", true),
+            channel(false)
+        ]),
+        Some(user)
+    );
+    // Repeated values are joined with ","; binary and gRPC headers produce nothing;
+    // content-type is always application/grpc.
+    assert_eq!(
+        hash(&[header("x-tag", false)]),
+        Some(hash_header_value(b"a,b"))
+    );
+    assert_eq!(hash(&[header("x-key-bin", false)]), None);
+    assert_eq!(hash(&[header("grpc-timeout", false)]), None);
+    assert_eq!(
+        hash(&[header("content-type", false)]),
+        Some(hash_header_value(b"application/grpc"))
+    );
+}
