@@ -22,8 +22,8 @@ use xds_proto_core::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern
 use xds_proto_core::pb::google::protobuf::UInt32Value;
 use xds_proto_core::resource::route::{HttpRetryCondition as H, RetryPolicy, RetryableCode as G};
 use xds_proto_core::selector::{
-    ClusterRegistry, ConfigSelector, INAPPROPRIATE_ACTION, NO_MATCHING_ROUTE, RngCore, RouteTable,
-    Selection, effective_timeout, route_matches, select_virtual_host,
+    ClusterRegistry, ConfigSelector, INAPPROPRIATE_ACTION, NO_MATCHING_ROUTE, RandomSource,
+    RouteTable, Selection, effective_timeout, route_matches, select_virtual_host,
 };
 use xds_proto_core::{Code, ErrorKind, Status, WatchEvent};
 use xds_proto_tests::fixtures::endpoints;

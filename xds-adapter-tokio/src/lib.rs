@@ -66,9 +66,9 @@
 //! ```no_run
 //! use futures::StreamExt;
 //! use xds_adapter_tokio::Client;
-//! use xds_adapter_tokio::xds_proto_core::selector::RngCore;
+//! use xds_adapter_tokio::xds_proto_core::selector::Seeded;
 //!
-//! # async fn example(client: Client, rng: &mut impl RngCore) -> Result<(), xds_adapter_tokio::Error> {
+//! # async fn example(client: Client, random: u64) -> Result<(), xds_adapter_tokio::Error> {
 //! let mut configs = client.watch_config("my-service.example.com").await?;
 //! while let Some(update) = configs.next().await {
 //!     let update = match update {
@@ -80,7 +80,7 @@
 //!     };
 //!     println!("{} clusters", update.config.clusters.len());
 //!     let headers = [("x-user", "alice")];
-//!     match update.selector.select("/pkg.Service/Method", &headers, rng) {
+//!     match update.selector.select("/pkg.Service/Method", &headers, &mut Seeded(random)) {
 //!         // Keep `pick` until the RPC is committed: it holds the cluster.
 //!         Ok(pick) => println!("route {} → {:?}", pick.route_index(), pick.cluster()),
 //!         Err(status) => println!("the RPC fails: {status}"),

@@ -10,7 +10,7 @@ use xds_adapter_tokio::xds_proto_core::dependency::{ClusterConfig, ClusterResolu
 use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::ClientStatusResponse;
 use xds_adapter_tokio::xds_proto_core::resource::route::PathMatcher;
-use xds_adapter_tokio::xds_proto_core::selector::RngCore;
+use xds_adapter_tokio::xds_proto_core::selector::RandomSource;
 use xds_adapter_tokio::xds_proto_core::{ErrorKind, XdsError};
 use xds_adapter_tokio::{ChannelEvent, ClientPool, ConfigResult, ConfigUpdate};
 
@@ -268,19 +268,11 @@ struct Sweep {
     step: u64,
 }
 
-impl RngCore for Sweep {
+impl RandomSource for Sweep {
     fn next_u32(&mut self) -> u32 {
         let draw = self.next as u32;
         self.next = self.next.wrapping_add(self.step);
         draw
-    }
-    fn next_u64(&mut self) -> u64 {
-        u64::from(self.next_u32())
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        for byte in dest {
-            *byte = self.next_u32() as u8;
-        }
     }
 }
 

@@ -299,7 +299,7 @@ impl<R: Runtime> Shared<R> {
             Resolution::Waiting => Ok(Err(state.picker_generation)),
             Resolution::Failed(status) => Err(status.clone()),
             Resolution::Ready(selector) => selector
-                .select(path, headers, rng)
+                .select(path, headers, &mut || rng.next_u32())
                 .map(Ok)
                 .map_err(|s| wire::tonic_status(&s)),
         }

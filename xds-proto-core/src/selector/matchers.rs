@@ -2,7 +2,7 @@
 //! `runtime_fraction` draw, and virtual host selection by domain. [`route_matches`] is
 //! the linear reference the indexed [`RouteTable`](super::RouteTable) agrees with.
 
-use super::RngCore;
+use super::RandomSource;
 use super::metadata::{Metadata, header_value};
 use crate::resource::route::{
     DomainPattern, HeaderMatchKind, HeaderMatcher, PathMatcher, RouteMatch, StringMatcher,
@@ -145,7 +145,7 @@ pub fn path_matches(matcher: &PathMatcher, case_sensitive: bool, path: &str) -> 
 
 /// Draws one `runtime_fraction` decision: a uniform value in `[0, 1_000_000)` from one
 /// `next_u32`, compared with the fraction.
-pub(super) fn under_fraction<R: RngCore + ?Sized>(per_million: u32, rng: &mut R) -> bool {
+pub(super) fn under_fraction<R: RandomSource + ?Sized>(per_million: u32, rng: &mut R) -> bool {
     let draw = (u64::from(rng.next_u32()) * 1_000_000) >> 32;
     draw < u64::from(per_million)
 }
@@ -153,7 +153,7 @@ pub(super) fn under_fraction<R: RngCore + ?Sized>(per_million: u32, rng: &mut R)
 /// Whether a route matches an RPC. The checks run in gRPC's order: path, then headers,
 /// then `runtime_fraction`, which draws one `next_u32` from `rng` only when the path and
 /// headers matched. This is the linear reference the indexed [`RouteTable`](super::RouteTable) agrees with.
-pub fn route_matches<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+pub fn route_matches<M: Metadata + ?Sized, R: RandomSource + ?Sized>(
     route: &RouteMatch,
     path: &str,
     metadata: &M,

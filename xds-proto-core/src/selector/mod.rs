@@ -2,8 +2,8 @@
 //!
 //! From one [`XdsConfig`] (or a bare [`VirtualHost`]) it builds a [`ConfigSelector`]
 //! that, for an RPC's method path and request metadata, finds the first matching route
-//! (gRFC A28 rules), picks the cluster (weighted clusters drawn from a random source the
-//! caller passes in), and returns a [`Selection`]: the cluster as a [`ClusterHandle`],
+//! (gRFC A28 rules), picks the cluster (weighted clusters drawn from a
+//! [`RandomSource`] the caller passes in), and returns a [`Selection`]: the cluster as a [`ClusterHandle`],
 //! the timeout cap of A31, and the route's retry policy (A44, route over virtual host).
 //! RPCs that cannot be routed get the status gRPC gives them (UNAVAILABLE).
 //!
@@ -34,14 +34,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The random-source trait `select` takes (re-exported so callers need not depend on a
-/// matching `rand_core`).
-pub use rand_core::RngCore;
-
 mod cluster_registry;
 mod hash;
 mod matchers;
 mod metadata;
+mod random;
 mod regex_group;
 mod route_table;
 #[cfg(test)]
@@ -53,6 +50,7 @@ pub use matchers::{
     header_matches, path_matches, route_matches, select_virtual_host, string_matches,
 };
 pub use metadata::{HeaderValue, Metadata, header_value};
+pub use random::{RandomSource, Seeded};
 pub use route_table::{RouteTable, RouteTableStats};
 
 use crate::DetHashMap;
@@ -304,7 +302,7 @@ impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
 ///     ConfigSelector::from_virtual_host(&routes.virtual_hosts[0], &[], None, &mut registry);
 ///
 /// // The caller's random source decides weighted picks: 0 draws the first cluster,
-/// // u32::MAX the last.
+/// // u32::MAX the last (a closure is a source: `&mut || rng.next_u32()`).
 /// let headers = [("x-user", "alice")];
 /// let pick = selector.select("/api.Svc/Get", &headers, &mut Fixed(0))?;
 /// assert_eq!(pick.cluster().cluster(), Some("api-v1"));
@@ -445,7 +443,7 @@ impl ConfigSelector {
     /// Errors are the statuses gRPC fails such RPCs with: UNAVAILABLE for no matching
     /// route, for a non-forwarding action, and for a cluster the xDS config could not
     /// resolve.
-    pub fn select<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+    pub fn select<M: Metadata + ?Sized, R: RandomSource + ?Sized>(
         &self,
         path: &str,
         metadata: &M,

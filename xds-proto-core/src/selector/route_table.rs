@@ -4,7 +4,7 @@
 //! path, so that a pick costs about the same with 10 routes or 5,000 and answers exactly
 //! as the linear [`route_matches`](super::route_matches) would.
 
-use super::RngCore;
+use super::RandomSource;
 use super::matchers::{has_prefix, header_matches, path_matches, under_fraction};
 use super::metadata::Metadata;
 use super::regex_group::{RegexGroup, build_groups};
@@ -398,7 +398,7 @@ impl RouteTable {
 
     /// Whether route `pos`'s header matchers and `runtime_fraction` let the RPC through
     /// (its path matcher having matched), drawing from `rng` as [`route_matches`](super::route_matches) does.
-    fn conditions_hold<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+    fn conditions_hold<M: Metadata + ?Sized, R: RandomSource + ?Sized>(
         &self,
         pos: usize,
         metadata: &M,
@@ -412,7 +412,7 @@ impl RouteTable {
     }
 
     /// The position of the first route that matches the RPC, if any.
-    pub fn first_match<M: Metadata + ?Sized, R: RngCore + ?Sized>(
+    pub fn first_match<M: Metadata + ?Sized, R: RandomSource + ?Sized>(
         &self,
         path: &str,
         metadata: &M,

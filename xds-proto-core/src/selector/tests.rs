@@ -7,9 +7,15 @@ use super::matchers::{
 };
 use super::route_table::{regex_literal_prefix, service_key};
 
-// The testing kit's, linked with the core's normal library: only `RngCore` (rand_core's
-// trait) crosses over.
-use xds_proto_testing::peer::Fixed;
+/// A source that always draws the same value (the testing kit's `Fixed` implements
+/// the trait of the core it links, not this test build's).
+struct Fixed(u32);
+
+impl super::RandomSource for Fixed {
+    fn next_u32(&mut self) -> u32 {
+        self.0
+    }
+}
 
 #[test]
 fn service_keys() {
@@ -135,4 +141,31 @@ fn the_request_hash_combines_the_policies_as_a42_says() {
         hash(&[header("content-type", false)]),
         Some(hash_header_value(b"application/grpc"))
     );
+}
+
+/// Issue 24 item 5: the selector's random source is the core's own trait: a closure
+/// adapts any generator, and `Seeded` expands one number per RPC deterministically
+/// and evenly (as the load balancer expands `PickArgs::random`).
+#[test]
+fn random_sources_closures_and_seeds() {
+    use super::{RandomSource, Seeded};
+    let mut calls = 0u32;
+    let mut closure = || {
+        calls += 1;
+        7
+    };
+    assert_eq!(RandomSource::next_u32(&mut closure), 7);
+    assert_eq!(calls, 1);
+    let draws = |seed: u64| {
+        let mut s = Seeded(seed);
+        [s.next_u32(), s.next_u32()]
+    };
+    assert_eq!(draws(42), draws(42), "the same seed draws the same numbers");
+    assert_ne!(draws(42)[0], draws(42)[1]);
+    assert_ne!(draws(42), draws(43));
+    // Over 10,000 seeds an 80/20 split lands within a point of 80 %.
+    let first = (0..10_000u64)
+        .filter(|&seed| under_fraction(800_000, &mut Seeded(seed)))
+        .count();
+    assert!((7_900..=8_100).contains(&first), "{first}");
 }

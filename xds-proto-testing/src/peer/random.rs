@@ -3,30 +3,26 @@
 
 use std::collections::VecDeque;
 
-use xds_proto_core::selector::RngCore;
+use xds_proto_core::selector::RandomSource;
 
 /// SplitMix64: a tiny seeded generator for tests that need many draws.
 #[derive(Clone, Debug)]
 pub struct SplitMix(pub u64);
 
-impl RngCore for SplitMix {
-    fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-
-    fn next_u64(&mut self) -> u64 {
+impl SplitMix {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+}
 
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        for chunk in dest.chunks_mut(8) {
-            let bytes = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
+impl RandomSource for SplitMix {
+    fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
     }
 }
 
@@ -55,41 +51,23 @@ impl Scripted {
     }
 }
 
-impl RngCore for Scripted {
+impl RandomSource for Scripted {
     fn next_u32(&mut self) -> u32 {
         self.drawn += 1;
         self.values
             .pop_front()
             .expect("the test scripted no more random values")
     }
-
-    fn next_u64(&mut self) -> u64 {
-        u64::from(self.next_u32())
-    }
-
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        for b in dest {
-            *b = self.next_u32() as u8;
-        }
-    }
 }
 
 /// A random source that always draws the same `u32`: 0 picks the first weighted cluster
 /// and passes every non-zero runtime fraction, `u32::MAX` picks the last cluster and
-/// passes only a full fraction. Its bytes are zeros.
+/// passes only a full fraction.
 #[derive(Clone, Copy, Debug)]
 pub struct Fixed(pub u32);
 
-impl RngCore for Fixed {
+impl RandomSource for Fixed {
     fn next_u32(&mut self) -> u32 {
         self.0
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        u64::from(self.0)
-    }
-
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        dest.fill(0);
     }
 }
