@@ -53,6 +53,7 @@
 //!   an established stream is `StreamClosed` with the gRPC status it ended with.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod ads;
 mod channel;
@@ -61,6 +62,7 @@ mod config;
 pub mod csds;
 mod driver;
 mod events;
+pub mod exports;
 mod frames;
 mod holds;
 mod io;

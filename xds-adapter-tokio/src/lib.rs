@@ -135,6 +135,7 @@
 //! This crate only supplies [`TokioRuntime`]: spawning, the clock, sleeping and TCP.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod csds;
 
@@ -148,20 +149,8 @@ use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::csds::{
     CSDS_SERVICE_NAME, FETCH_CLIENT_STATUS_METHOD, STREAM_CLIENT_STATUS_METHOD,
 };
-pub use xds_adapter_common::metrics;
-pub use xds_adapter_common::{
-    CHANNEL_EVENT_BUFFER, ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream,
-    ConfigUpdate, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
-    DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, DeltaSent, Error, KeepaliveSettings, RawWatchStream,
-    ResponseBody, Runtime, SERVER_TARGET, TransportSettings, WatchStream, WatchUpdate,
-    load_bootstrap_from_env,
-};
-pub use xds_proto_core;
+pub use xds_adapter_common::exports::*;
 use xds_proto_core::Instant;
-pub use xds_proto_core::bootstrap::{Bootstrap, BootstrapError};
-pub use xds_proto_core::dependency::XdsConfig;
-pub use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
-pub use xds_proto_core::selector::{ClusterHandle, ConfigSelector, Selection};
 
 /// The xDS client on tokio. See the crate documentation.
 pub type Client = xds_adapter_common::Client<TokioRuntime>;

@@ -15,6 +15,7 @@
 //! 3. sleep until [`XdsClient::poll_timeout`].
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod backoff;
 pub mod bootstrap;
