@@ -3,11 +3,13 @@
 //! name listeners (A47 federation), and in which order to fall back between servers (A71).
 //!
 //! The module owns the bootstrap types, their validation and the error that points at the
-//! offending JSON field. It never touches the environment or the file system itself:
+//! offending JSON field. A bootstrap made in code ([`Bootstrap::builder`]) goes through
+//! the same validation. It never touches the environment or the file system itself:
 //! [`Bootstrap::from_env_with`] and [`Bootstrap::from_file_with`] take closures that the
 //! adapter supplies.
 //!
 //! The parts: `json` reads typed fields with their paths, `error` is the error type,
+//! `builder` the typed builder,
 //! `server` parses the servers (their URIs, channel credentials), `node` the node
 //! identity, and `target` resolves data-plane targets to listener names through the
 //! templates (A47). This module holds the types, the loading entry points, authorities
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+mod builder;
 mod error;
 mod json;
 mod node;
@@ -26,6 +29,7 @@ mod target;
 #[cfg(test)]
 mod tests;
 
+pub use builder::BootstrapBuilder;
 pub use error::{BootstrapError, BootstrapErrorKind};
 
 use json::{as_object, child, keyed, opt_object, opt_string, quote, required_string};
@@ -80,11 +84,17 @@ pub struct ServerConfig {
     /// Which ADS variant to speak to it (`api_type`): state of the world by default,
     /// or delta (incremental). Part of the server's identity: the same URI with two
     /// variants is two servers.
+    ///
+    /// `api_type` is this project's extension of gRPC's bootstrap (gRFC A27 has no
+    /// such field, and gRPC's clients speak state of the world only): they ignore
+    /// the field, so a bootstrap that sets it still loads in C-core and gRPC-Go, which
+    /// speak state of the world to that server.
     pub api_type: ApiType,
 }
 
 /// The ADS variant spoken to a server, named as Envoy's `ApiConfigSource.ApiType`
-/// names it in a bootstrap entry's `api_type` field.
+/// names it in a bootstrap entry's `api_type` field (this project's extension of
+/// gRPC's bootstrap: see [`ServerConfig::api_type`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ApiType {
