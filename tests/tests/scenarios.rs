@@ -293,6 +293,38 @@ fn resources_not_subscribed_are_ignored() {
     assert_eq!(h.client.resource_snapshot().len(), 1);
 }
 
+/// Issue 24 item 5: a watch by run-time type info is the typed watch: the same
+/// subscription and value; a type the client did not register is refused, even one
+/// that claims a registered type's URL.
+#[test]
+fn a_watch_by_type_info_is_the_typed_watch() {
+    use xds_proto_core::resource::{DecodeError, ResourceTypeInfo, builtin_types};
+    struct FakeClusters;
+    impl xds_proto_core::XdsResourceType for FakeClusters {
+        type Value = ();
+        const TYPE_URL: &'static str = CDS;
+        const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = true;
+        fn decode(_: &[u8]) -> Result<(String, ()), DecodeError> {
+            Err(DecodeError::unnamed("never"))
+        }
+    }
+    let mut h = Harness::new();
+    let cds = builtin_types().into_iter().find(|t| t.type_url() == CDS);
+    let w = (h.client.watch_type(&cds.expect("built in"), "c1")).expect("a known type");
+    h.collect_actions();
+    let s = h.connect_first(CDS, &["c1"]);
+    h.respond(s, CDS, "1", "n1", vec![cluster("c1")]);
+    let n = h.expect_notify();
+    assert_eq!(n.watcher, w);
+    assert_eq!(value_of(&n).get::<Cds>().expect("a cluster").name, "c1");
+    assert_eq!(h.expect_request(s), Req::new(CDS, &["c1"], "1", "n1"));
+    let fake = ResourceTypeInfo::of::<FakeClusters>();
+    assert!(matches!(
+        h.client.watch_type(&fake, "c1"),
+        Err(WatchError::UnknownType(url)) if url == CDS
+    ));
+}
+
 #[test]
 fn resources_in_the_resource_wrapper_are_unwrapped() {
     let mut h = Harness::new();

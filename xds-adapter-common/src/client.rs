@@ -13,6 +13,7 @@ use xds_proto_core::bootstrap::{BootstrapError, TargetError};
 use xds_proto_core::client::DuplicateTypeError;
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use xds_proto_core::resource::ResourceTypeInfo;
 use xds_proto_core::{
     Bootstrap, ResourceSnapshot, WatchChecker, WatchError, XdsClient, XdsClientConfig,
     XdsResourceType,
@@ -407,22 +408,43 @@ impl<R> Client<R> {
         // The checker answers for the core, so the watch needs no round trip to the
         // driver: a loop of watches queues its commands back to back, and the driver
         // takes the burst into one subscription request per type.
-        self.inner.checker.check::<T>(name)?;
+        let raw = self.watch_type(&ResourceTypeInfo::of::<T>(), name).await?;
+        Ok(WatchStream::new(raw))
+    }
+
+    /// Watches a resource of a type known at run time (`ty`, a built-in or registered
+    /// type), for data-driven tools: the stream yields the core's [`WatchEvent`]s
+    /// (read a value with `ResourceValue::get` of the type `ty` stands for). Otherwise
+    /// as [`watch`](Self::watch).
+    ///
+    /// # Errors
+    /// As for [`watch`](Self::watch).
+    ///
+    /// [`WatchEvent`]: xds_proto_core::WatchEvent
+    pub async fn watch_type(
+        &self,
+        ty: &ResourceTypeInfo,
+        name: &str,
+    ) -> Result<RawWatchStream, Error> {
+        // The checker answers for the core, so the watch needs no round trip to the
+        // driver: a loop of watches queues its commands back to back, and the driver
+        // takes the burst into one subscription request per type.
+        self.inner.checker.check_type(ty, name)?;
         let events = Arc::new(WatchSlot::default());
         // One copy of the name, shared by the command, the stream and the core.
         let name: Arc<str> = Arc::from(name);
         self.send(Command::Watch {
-            type_url: T::TYPE_URL,
-            watch: XdsClient::watch_shared::<T>,
+            type_url: ty.type_url(),
+            ty: *ty,
             name: name.clone(),
             events: WatchSender::new(events.clone()),
         })?;
-        Ok(WatchStream::new(RawWatchStream::new(
+        Ok(RawWatchStream::new(
             events,
             self.inner.clone(),
-            T::TYPE_URL,
+            ty.type_url(),
             name,
-        )))
+        ))
     }
 
     /// Follows a target's configuration from its listener (gRFC A74): the listener, its

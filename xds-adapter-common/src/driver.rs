@@ -21,9 +21,10 @@ use futures::channel::oneshot;
 use futures::{FutureExt, StreamExt};
 use xds_proto_core::pb::envoy::service::status::v3::ClientConfig as CsdsClientConfig;
 use xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use xds_proto_core::resource::ResourceTypeInfo;
 use xds_proto_core::{
-    Action, Code, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchError,
-    WatchEvent, WatcherId, XdsClient,
+    Action, Code, Event, Instant, ResourceSnapshot, ServerId, Status, StreamId, WatchEvent,
+    WatcherId, XdsClient,
 };
 
 use crate::ads::{Report, TaskMessage};
@@ -63,8 +64,8 @@ pub(crate) enum Command {
     /// A watch the handle's checker has accepted.
     Watch {
         type_url: &'static str,
-        /// `XdsClient::watch_shared::<T>` of the watched type.
-        watch: fn(&mut XdsClient, &Arc<str>) -> Result<WatcherId, WatchError>,
+        /// The watched type (`XdsClient::watch_type_shared`).
+        ty: ResourceTypeInfo,
         name: Arc<str>,
         events: WatchSender,
     },
@@ -314,10 +315,10 @@ impl<R: Runtime> Driver<R> {
         match command {
             Command::Watch {
                 type_url,
-                watch,
+                ty,
                 name,
                 events,
-            } => match watch(&mut self.core, &name) {
+            } => match self.core.watch_type_shared(&ty, &name) {
                 Ok(id) => {
                     tracing::debug!(type_url = %type_url, resource = %name, watcher = %id, "watch");
                     events.set_watcher(id);

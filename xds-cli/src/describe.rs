@@ -14,8 +14,9 @@ use xds_adapter_tokio::xds_proto_core::resource::route::{
     ClusterSpecifier, DomainPattern, PathMatcher, RouteAction, RouteConfigResource,
 };
 use xds_adapter_tokio::xds_proto_core::resource::{ClusterResource, ClusterType, type_url};
-use xds_adapter_tokio::xds_proto_core::{XdsError, XdsResourceType};
-use xds_adapter_tokio::{WatchStream, WatchUpdate};
+use xds_adapter_tokio::xds_proto_core::resource::{ResourceTypeInfo, ResourceValue};
+use xds_adapter_tokio::xds_proto_core::{WatchEvent, XdsError};
+use xds_adapter_tokio::{Cds, Eds, Lds, RawWatchStream, Rds};
 
 /// Which of the four types a watch is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -27,6 +28,18 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The core's description of the type, to watch it by ([`Client::watch_type`]).
+    ///
+    /// [`Client::watch_type`]: xds_adapter_tokio::Client::watch_type
+    pub(crate) fn type_info(self) -> ResourceTypeInfo {
+        match self {
+            Kind::Lds => ResourceTypeInfo::of::<Lds>(),
+            Kind::Rds => ResourceTypeInfo::of::<Rds>(),
+            Kind::Cds => ResourceTypeInfo::of::<Cds>(),
+            Kind::Eds => ResourceTypeInfo::of::<Eds>(),
+        }
+    }
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Lds => "LDS",
@@ -64,22 +77,32 @@ pub(crate) struct Update {
     pub(crate) event: Result<Resource, (bool, XdsError)>,
 }
 
-/// A typed watch as a stream of [`Update`]s.
-pub(crate) fn tag<T: XdsResourceType>(
-    stream: WatchStream<T>,
-    kind: Kind,
-    wrap: fn(Arc<T::Value>) -> Resource,
-) -> BoxStream<'static, Update> {
+impl Resource {
+    /// A watched value of the type `kind` stands for; `None` for a value of another
+    /// type (the core never sends one).
+    fn of(kind: Kind, value: &ResourceValue) -> Option<Resource> {
+        Some(match kind {
+            Kind::Lds => Resource::Listener(value.to_arc::<Lds>()?),
+            Kind::Rds => Resource::Routes(value.to_arc::<Rds>()?),
+            Kind::Cds => Resource::Cluster(value.to_arc::<Cds>()?),
+            Kind::Eds => Resource::Endpoints(value.to_arc::<Eds>()?),
+        })
+    }
+}
+
+/// A watch of `kind` (made with [`Kind::type_info`]) as a stream of [`Update`]s.
+pub(crate) fn tag(stream: RawWatchStream, kind: Kind) -> BoxStream<'static, Update> {
     let name = stream.name().to_string();
     stream
-        .map(move |u| Update {
-            kind,
-            name: name.clone(),
-            event: match u {
-                WatchUpdate::Changed(Ok(v)) => Ok(wrap(v)),
-                WatchUpdate::Changed(Err(e)) => Err((false, e)),
-                WatchUpdate::AmbientError(e) => Err((true, e)),
-            },
+        .filter_map(move |event| {
+            let event = match event {
+                WatchEvent::Changed(Ok(v)) => Resource::of(kind, &v).map(Ok),
+                WatchEvent::Changed(Err(e)) => Some(Err((false, e))),
+                WatchEvent::AmbientError(e) => Some(Err((true, e))),
+                _ => None,
+            };
+            let name = name.clone();
+            async move { event.map(|event| Update { kind, name, event }) }
         })
         .boxed()
 }

@@ -37,8 +37,7 @@ use futures::stream::{BoxStream, SelectAll};
 use serde_json::json;
 use xds_adapter_tokio::xds_proto_core::ApiType;
 use xds_adapter_tokio::{
-    Bootstrap, Cds, Client, ConfigResult, ConfigStream, CsdsServer, Eds, Lds, Rds,
-    load_bootstrap_from_env,
+    Bootstrap, Client, ConfigResult, ConfigStream, CsdsServer, load_bootstrap_from_env,
 };
 
 /// With `--json`, stdout carries only JSON documents; status lines go to stderr.
@@ -83,7 +82,7 @@ mod describe;
 mod print;
 mod story;
 
-use describe::{Kind, Resource, Update, tag};
+use describe::{Kind, Update, tag};
 use print::{Printer, print_csds};
 
 /// When the CLI started: the origin of the time stamps and of the demo's timeline.
@@ -247,23 +246,12 @@ async fn single_watches(client: &Client, args: &Args) -> SelectAll<BoxStream<'st
         (Kind::Cds, &args.cds),
         (Kind::Eds, &args.eds),
     ];
-    let watches =
-        kinds.into_iter().flat_map(|(kind, names)| {
-            names.iter().map(move |name| async move {
-                let stream =
-                    match kind {
-                        Kind::Lds => (client.watch::<Lds>(name).await)
-                            .map(|s| tag(s, kind, Resource::Listener)),
-                        Kind::Rds => (client.watch::<Rds>(name).await)
-                            .map(|s| tag(s, kind, Resource::Routes)),
-                        Kind::Cds => (client.watch::<Cds>(name).await)
-                            .map(|s| tag(s, kind, Resource::Cluster)),
-                        Kind::Eds => (client.watch::<Eds>(name).await)
-                            .map(|s| tag(s, kind, Resource::Endpoints)),
-                    };
-                stream.map_err(|e| (kind, name, e))
-            })
-        });
+    let watches = kinds.into_iter().flat_map(|(kind, names)| {
+        names.iter().map(move |name| async move {
+            let stream = client.watch_type(&kind.type_info(), name).await;
+            stream.map(|s| tag(s, kind)).map_err(|e| (kind, name, e))
+        })
+    });
     let mut streams = SelectAll::new();
     for started in futures::future::join_all(watches).await {
         match started {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{WatchError, XdsClient};
 use crate::bootstrap::{Bootstrap, ServerConfig};
 use crate::names;
-use crate::resource::XdsResourceType;
+use crate::resource::{ResourceTypeInfo, XdsResourceType};
 
 /// Answers, without the client, whether [`XdsClient::watch`] would refuse a watch, and
 /// with which error. It holds the bootstrap and the types registered when it was made
@@ -29,13 +29,21 @@ impl WatchChecker {
     /// # Errors
     /// The [`WatchError`] that `watch` returns.
     pub fn check<T: XdsResourceType>(&self, name: &str) -> Result<(), WatchError> {
-        let registered =
-            (self.types.iter()).any(|&(url, id)| url == T::TYPE_URL && id == TypeId::of::<T>());
+        self.check_type(&ResourceTypeInfo::of::<T>(), name)
+    }
+
+    /// As [`check`](Self::check), for [`XdsClient::watch_type`].
+    ///
+    /// # Errors
+    /// As for [`check`](Self::check).
+    pub fn check_type(&self, ty: &ResourceTypeInfo, name: &str) -> Result<(), WatchError> {
+        let url = ty.type_url();
+        let registered = (self.types.iter()).any(|&(u, id)| u == url && id == ty.type_id);
         if !registered {
-            return Err(WatchError::UnknownType(T::TYPE_URL.to_string()));
+            return Err(WatchError::UnknownType(url.to_string()));
         }
         let canonical = names::canonicalize(name).map_err(WatchError::InvalidName)?;
-        checked_authority(&self.bootstrap, T::TYPE_URL, &canonical).map(|_| ())
+        checked_authority(&self.bootstrap, url, &canonical).map(|_| ())
     }
 }
 

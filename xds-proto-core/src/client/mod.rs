@@ -281,7 +281,57 @@ impl XdsClient {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn watch<T: XdsResourceType>(&mut self, name: &str) -> Result<WatcherId, WatchError> {
-        self.watch_named::<T>(name, None)
+        self.watch_named(&ResourceTypeInfo::of::<T>(), name, None)
+    }
+
+    /// As [`watch`](Self::watch), for a type known at run time (a tool that takes the
+    /// type from its input, as the CLI does): `ty` is a built-in type
+    /// ([`builtin_types`](crate::resource::builtin_types)) or one registered with
+    /// [`register_type`](Self::register_type). Read the values with
+    /// [`ResourceValue::get`](crate::ResourceValue::get) of the type `ty` stands for.
+    ///
+    /// ```
+    /// use xds_proto_core::resource::{ResourceTypeInfo, builtin_types, type_url};
+    /// use xds_proto_core::{Bootstrap, Cds, WatchError, XdsClient, XdsClientConfig};
+    ///
+    /// # let bootstrap = Bootstrap::from_json_str(xds_proto_testing::peer::ONE_SERVER_BOOTSTRAP)?;
+    /// let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), 7);
+    /// let cds = builtin_types().into_iter().find(|t| t.type_url() == type_url::CLUSTER);
+    /// client.watch_type(&cds.expect("built in"), "my-cluster")?;
+    /// // A type the client does not know is refused, as `watch::<T>` refuses it.
+    /// struct Unknown;
+    /// # impl xds_proto_core::XdsResourceType for Unknown {
+    /// #     type Value = ();
+    /// #     const TYPE_URL: &'static str = "type.googleapis.com/example.Unknown";
+    /// #     const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = false;
+    /// #     fn decode(_: &[u8]) -> Result<(String, ()), xds_proto_core::DecodeError> { unimplemented!() }
+    /// # }
+    /// let unknown = ResourceTypeInfo::of::<Unknown>();
+    /// assert!(matches!(client.watch_type(&unknown, "x"), Err(WatchError::UnknownType(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`watch`](Self::watch).
+    pub fn watch_type(
+        &mut self,
+        ty: &ResourceTypeInfo,
+        name: &str,
+    ) -> Result<WatcherId, WatchError> {
+        self.watch_named(ty, name, None)
+    }
+
+    /// As [`watch_type`](Self::watch_type), keeping the caller's copy of `name` as
+    /// [`watch_shared`](Self::watch_shared) does.
+    ///
+    /// # Errors
+    /// As for [`watch`](Self::watch).
+    pub fn watch_type_shared(
+        &mut self,
+        ty: &ResourceTypeInfo,
+        name: &Arc<str>,
+    ) -> Result<WatcherId, WatchError> {
+        self.watch_named(ty, name, Some(name))
     }
 
     /// As [`watch`](Self::watch), keeping the caller's copy of `name` (when it is
@@ -294,18 +344,19 @@ impl XdsClient {
         &mut self,
         name: &Arc<str>,
     ) -> Result<WatcherId, WatchError> {
-        self.watch_named::<T>(name, Some(name))
+        self.watch_named(&ResourceTypeInfo::of::<T>(), name, Some(name))
     }
 
-    fn watch_named<T: XdsResourceType>(
+    fn watch_named(
         &mut self,
+        ty: &ResourceTypeInfo,
         name: &str,
         shared: Option<&Arc<str>>,
     ) -> Result<WatcherId, WatchError> {
         let t = self
-            .type_index(T::TYPE_URL)
-            .filter(|&t| self.types[t].type_id == std::any::TypeId::of::<T>())
-            .ok_or_else(|| WatchError::UnknownType(T::TYPE_URL.to_string()))?;
+            .type_index(ty.type_url())
+            .filter(|&t| self.types[t].type_id == ty.type_id)
+            .ok_or_else(|| WatchError::UnknownType(ty.type_url().to_string()))?;
         let canonical = names::canonicalize(name).map_err(WatchError::InvalidName)?;
         let authority = self.authority_for(t, &canonical)?;
         let id = WatcherId(self.next_watcher);

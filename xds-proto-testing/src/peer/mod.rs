@@ -70,21 +70,18 @@ pub fn ambient_error(n: &Notification) -> &XdsError {
     }
 }
 
-/// `client.watch::<T>(name)` for the built-in type whose URL is `type_url`: for drivers
-/// (the simulator, the fuzzer) that choose the type at run time. An unknown URL is
-/// refused as the client refuses an unregistered type.
+/// A watch of the built-in type whose URL is `type_url` ([`XdsClient::watch_type`]):
+/// for drivers (the simulator, the fuzzer) that choose the type at run time. An unknown
+/// URL is refused as the client refuses an unregistered type.
 pub fn watch_by_type_url(
     client: &mut XdsClient,
     type_url: &str,
     name: &str,
 ) -> Result<WatcherId, WatchError> {
-    use xds_proto_core::{Cds, Eds, Lds, Rds};
-    match type_url {
-        LDS => client.watch::<Lds>(name),
-        RDS => client.watch::<Rds>(name),
-        CDS => client.watch::<Cds>(name),
-        EDS => client.watch::<Eds>(name),
-        other => Err(WatchError::UnknownType(other.to_string())),
+    let builtin = xds_proto_core::resource::builtin_types();
+    match builtin.iter().find(|t| t.type_url() == type_url) {
+        Some(ty) => client.watch_type(ty, name),
+        None => Err(WatchError::UnknownType(type_url.to_string())),
     }
 }
 
