@@ -35,9 +35,13 @@ pub(crate) struct Printer {
     config_error: Option<String>,
 }
 
-/// How an error reads in the output.
-fn error_kind(kind: ErrorKind) -> &'static str {
-    match kind {
+/// How an error reads in the output: what happened, as CSDS says it (a NOT_FOUND the
+/// server reported is a RECEIVED_ERROR there, not a DOES_NOT_EXIST).
+fn error_kind(e: &XdsError) -> &'static str {
+    if e.is_server_reported() {
+        return "RESOURCE ERROR from the server";
+    }
+    match e.kind {
         ErrorKind::DoesNotExist => "DOES NOT EXIST",
         ErrorKind::Timeout => "timed out",
         ErrorKind::Invalid => "REJECTED (NACKed)",
@@ -80,7 +84,7 @@ impl Printer {
                 {
                     return;
                 }
-                let what = error_kind(e.kind);
+                let what = error_kind(e);
                 let keep = if *ambient {
                     " (the last good value stays in use)"
                 } else {
@@ -176,7 +180,7 @@ impl Printer {
         self.config = None;
         let line = format!(
             "CONFIG for {listener}: RPCs fail: {}: {}",
-            error_kind(e.kind),
+            error_kind(e),
             e.status.message
         );
         if self.config_error.as_ref() == Some(&line) {
@@ -207,7 +211,7 @@ impl Printer {
                 if e.kind == ErrorKind::Connectivity && self.last_error.contains_key(&key) {
                     return;
                 }
-                let line = format!("CDS {name}: {}: {}", error_kind(e.kind), e.status.message);
+                let line = format!("CDS {name}: {}: {}", error_kind(e), e.status.message);
                 if self.last_error.get(&key) != Some(&line) {
                     lines.push(line.clone());
                     self.last_error.insert(key, line);
@@ -424,6 +428,38 @@ mod tests {
     use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 
     use super::*;
+
+    /// Issue 24 item 3: a NOT_FOUND the server reported (TP3) reads as what happened,
+    /// a resource error from the server (CSDS: RECEIVED_ERROR), while the timer's
+    /// verdict reads DOES NOT EXIST.
+    #[test]
+    fn a_not_found_from_the_server_reads_as_a_resource_error() {
+        use std::time::Duration;
+        use xds_adapter_tokio::xds_proto_core::{Cds, Code};
+        use xds_proto_testing::peer::{CDS, Harness, changed_error, response};
+        use xds_proto_testing::resources::resource_error;
+
+        let mut h = Harness::new();
+        h.watch::<Cds>("gone");
+        let s = h.connect_first(CDS, &["gone"]);
+        let mut reply = response(CDS, "1", "n1", vec![]);
+        reply.resource_errors = vec![resource_error("gone", Code::NOT_FOUND, "no such cluster")];
+        h.respond_with(s, reply);
+        let reported = changed_error(&h.expect_notify()).clone();
+        assert_eq!(error_kind(&reported), "RESOURCE ERROR from the server");
+        h.expect_request(s);
+        h.sent(s);
+        h.watch::<Cds>("silent");
+        h.expect_request(s);
+        h.sent(s);
+        h.advance(Duration::from_secs(16));
+        let timed_out = changed_error(&h.expect_notify()).clone();
+        assert_eq!(
+            (reported.kind, timed_out.kind),
+            (ErrorKind::DoesNotExist, ErrorKind::DoesNotExist)
+        );
+        assert_eq!(error_kind(&timed_out), "DOES NOT EXIST");
+    }
 
     /// `--json --csds` names each resource's status as the text dump does.
     #[test]

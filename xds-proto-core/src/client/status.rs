@@ -148,6 +148,23 @@ pub struct XdsError {
     pub status: Status,
 }
 
+impl XdsError {
+    /// Whether the server reported this error in `resource_errors` (TP3), which CSDS
+    /// shows as RECEIVED_ERROR: every [`ErrorKind::ServerReported`], and the
+    /// [`ErrorKind::DoesNotExist`] of a server-reported NOT_FOUND (kept of that kind
+    /// because it means what a does-not-exist means, A88). A tool that says what
+    /// happened (the CLI) tells the two does-not-exists apart by it.
+    pub fn is_server_reported(&self) -> bool {
+        self.kind == ErrorKind::ServerReported
+            || (self.kind == ErrorKind::DoesNotExist
+                && self.status.message.contains(REPORTED_AN_ERROR))
+    }
+}
+
+/// What [`XdsError::server_reported`]'s message says after the server's quoted URI,
+/// and no other constructor's does (a server URI holds no quote or space).
+const REPORTED_AN_ERROR: &str = "\" reported an error for ";
+
 impl fmt::Display for XdsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.status.fmt(f)
@@ -282,7 +299,8 @@ impl XdsError {
             kind,
             status.code,
             format!(
-                "xDS server {server_uri:?} reported an error for {} {name:?}: {status}",
+                "xDS server {server_uri:?}{}{} {name:?}: {status}",
+                &REPORTED_AN_ERROR[1..],
                 short_type(type_url),
             ),
         )
@@ -341,6 +359,12 @@ mod tests {
             XdsError::deletion_ignored(&node, url, "c", "xds:443"),
             XdsError::does_not_exist(&NodeTag::NONE, url, "c", "removed").tagged(&node),
         ];
+        let reported: Vec<bool> = errors.iter().map(XdsError::is_server_reported).collect();
+        assert_eq!(reported, [false, false, false, false, true, false, false]);
+        let denied = Status::new(Code::PERMISSION_DENIED, "no");
+        assert!(
+            XdsError::server_reported(&node, url, "c", "xds:443", &denied).is_server_reported()
+        );
         for e in errors {
             assert!(e.status.message.ends_with(" (node ID:my-node)"), "{e}");
             assert_eq!(e.status.message.matches("node ID").count(), 1, "{e}");
