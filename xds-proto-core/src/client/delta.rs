@@ -16,8 +16,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::cache::{ResourceEntry, ResourceTable};
-use super::envelope::{self, DeltaResource};
-use super::response::{Decoded, ResponseContext, canonical_name, decode_enveloped};
+use super::envelope::{self, DeltaResource, decode_enveloped};
+use super::response::{Decoded, ResponseContext, canonical_name};
 use super::server::{InFlight, PendingAck, ServerState};
 use super::wildcard::WILDCARD;
 use super::{Code, DeltaRequest, StreamId, TypeIdx, XdsClient};

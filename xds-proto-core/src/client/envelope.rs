@@ -3,15 +3,16 @@
 //! slice of the received buffer (checked for UTF-8 as it is read, as the generated
 //! decoder does) instead of a new `String`: a 10,000-cluster response makes no
 //! per-resource allocation before its bytes are compared with the cache. The same for
-//! the delta variant, `DeltaDiscoveryResponse` and its `Resource`s.
+//! the delta variant, `DeltaDiscoveryResponse` and its `Resource`s. And how a resource
+//! in a `Resource` envelope is named: by the envelope ([`decode_enveloped`]).
 
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{self, DecodeContext, WireType};
 
 use crate::pb::envoy::config::core::v3::{ControlPlane, Metadata};
 use crate::pb::envoy::service::discovery::v3::resource::CacheControl;
-use crate::pb::envoy::service::discovery::v3::{ResourceError, ResourceName};
-use crate::resource::type_url;
+use crate::pb::envoy::service::discovery::v3::{self as discovery, ResourceError, ResourceName};
+use crate::resource::{self, ResourceTypeInfo, ResourceValue, type_url};
 
 /// `google.protobuf.Any` with its type URL kept as bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -160,6 +161,88 @@ pub(super) struct DeltaDiscoveryResponse {
 /// Decodes a delta response, rejecting exactly what the generated message rejects.
 pub(super) fn decode_delta(bytes: Bytes) -> Result<DeltaDiscoveryResponse, String> {
     <DeltaDiscoveryResponse as prost::Message>::decode(bytes).map_err(|e| e.to_string())
+}
+
+/// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
+/// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
+/// A wrapped resource is named by its wrapper ([`decode_enveloped`]).
+pub(super) fn decode_one(
+    ty: &ResourceTypeInfo,
+    any: Any,
+    type_matches: bool,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    if any.type_url != resource::type_url::RESOURCE_WRAPPER.as_bytes() {
+        return decode_payload(ty, any, type_matches);
+    }
+    let wrapper = <discovery::Resource as prost::Message>::decode(any.value).map_err(|e| {
+        resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
+    })?;
+    let inner = wrapper.resource.map(|inner| Any {
+        type_url: Bytes::from(inner.type_url.into_bytes()),
+        value: inner.value,
+    });
+    decode_enveloped(ty, wrapper.name, inner)
+}
+
+/// Decodes a resource that came in a `Resource` envelope: a SotW `Resource` wrapper or
+/// a delta response's `Resource`, whose `name` is `envelope_name` (empty when unset).
+///
+/// The one naming rule of both variants: a non-empty envelope name IS the resource's
+/// name, whatever name the payload gives itself (C-core files a wrapped resource under
+/// the wrapper's name and never reads the payload's; Envoy does the same for SotW and
+/// delta alike). So the value is filed, ACKed and told under that name, and when the
+/// payload is missing, does not decode or fails validation, the error goes to that name
+/// too: its watchers hear of it and the NACK names it. Only an unnamed envelope takes
+/// the payload's name.
+pub(super) fn decode_enveloped(
+    ty: &ResourceTypeInfo,
+    envelope_name: String,
+    payload: Option<Any>,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    let name = (!envelope_name.is_empty()).then_some(envelope_name);
+    let Some(any) = payload else {
+        return Err(resource::DecodeError {
+            name,
+            message: "Resource has no resource".to_string(),
+        });
+    };
+    let matches = any.type_url == ty.type_url().as_bytes();
+    match decode_payload(ty, any, matches) {
+        Ok((inner, value, raw)) => match name {
+            Some(name) => {
+                if inner != name {
+                    tracing::debug!(
+                        name = %name,
+                        payload_name = %inner,
+                        "resource named by its Resource envelope, not by its payload"
+                    );
+                }
+                Ok((name, value, raw))
+            }
+            None => Ok((inner, value, raw)),
+        },
+        Err(e) => Err(resource::DecodeError {
+            name: name.or(e.name),
+            message: e.message,
+        }),
+    }
+}
+
+/// Decodes one unwrapped resource whose type URL was checked (`type_matches`).
+pub(super) fn decode_payload(
+    ty: &ResourceTypeInfo,
+    any: Any,
+    type_matches: bool,
+) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
+    if !type_matches {
+        return Err(resource::DecodeError::unnamed(format!(
+            "type URL {:?} does not match the response's {:?}",
+            String::from_utf8_lossy(&any.type_url),
+            ty.type_url()
+        )));
+    }
+    let (name, value) = ty.decode(&any.value)?;
+    Ok((name, value, any.value))
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use prost::Message;
 
 use super::cache::{ResourceTable, Slot};
 use super::envelope;
@@ -20,7 +19,7 @@ use crate::DetHashMap as HashMap;
 use crate::bootstrap::ServerConfig;
 use crate::names;
 use crate::pb::envoy::service::discovery::v3 as discovery;
-use crate::resource::{self, ResourceTypeInfo, ResourceValue};
+use crate::resource::{self, ResourceValue};
 use crate::time::Instant;
 
 /// The response being applied, as every phase needs it.
@@ -255,7 +254,7 @@ impl XdsClient {
                 order.push(Some(*slot));
                 continue;
             }
-            let result = decode_one(&ty, any, type_matches[i]);
+            let result = envelope::decode_one(&ty, any, type_matches[i]);
             order.push(decoded.note(table, i, result, cx.stamp));
         }
         let sts = &mut self.servers[cx.server].types[cx.t];
@@ -515,88 +514,6 @@ impl Decoded {
             None => self.unwatched.get(name).copied(),
         }
     }
-}
-
-/// Unwraps an optional `envoy.service.discovery.v3.Resource` and decodes one resource.
-/// `type_matches`: whether `any.type_url` is the type's URL (the caller compared them).
-/// A wrapped resource is named by its wrapper ([`decode_enveloped`]).
-fn decode_one(
-    ty: &ResourceTypeInfo,
-    any: envelope::Any,
-    type_matches: bool,
-) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    if any.type_url != resource::type_url::RESOURCE_WRAPPER.as_bytes() {
-        return decode_payload(ty, any, type_matches);
-    }
-    let wrapper = discovery::Resource::decode(any.value).map_err(|e| {
-        resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
-    })?;
-    let inner = wrapper.resource.map(|inner| envelope::Any {
-        type_url: Bytes::from(inner.type_url.into_bytes()),
-        value: inner.value,
-    });
-    decode_enveloped(ty, wrapper.name, inner)
-}
-
-/// Decodes a resource that came in a `Resource` envelope: a SotW `Resource` wrapper or
-/// a delta response's `Resource`, whose `name` is `envelope_name` (empty when unset).
-///
-/// The one naming rule of both variants: a non-empty envelope name IS the resource's
-/// name, whatever name the payload gives itself (C-core files a wrapped resource under
-/// the wrapper's name and never reads the payload's; Envoy does the same for SotW and
-/// delta alike). So the value is filed, ACKed and told under that name, and when the
-/// payload is missing, does not decode or fails validation, the error goes to that name
-/// too: its watchers hear of it and the NACK names it. Only an unnamed envelope takes
-/// the payload's name.
-pub(super) fn decode_enveloped(
-    ty: &ResourceTypeInfo,
-    envelope_name: String,
-    payload: Option<envelope::Any>,
-) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    let name = (!envelope_name.is_empty()).then_some(envelope_name);
-    let Some(any) = payload else {
-        return Err(resource::DecodeError {
-            name,
-            message: "Resource has no resource".to_string(),
-        });
-    };
-    let matches = any.type_url == ty.type_url().as_bytes();
-    match decode_payload(ty, any, matches) {
-        Ok((inner, value, raw)) => match name {
-            Some(name) => {
-                if inner != name {
-                    tracing::debug!(
-                        name = %name,
-                        payload_name = %inner,
-                        "resource named by its Resource envelope, not by its payload"
-                    );
-                }
-                Ok((name, value, raw))
-            }
-            None => Ok((inner, value, raw)),
-        },
-        Err(e) => Err(resource::DecodeError {
-            name: name.or(e.name),
-            message: e.message,
-        }),
-    }
-}
-
-/// Decodes one unwrapped resource whose type URL was checked (`type_matches`).
-pub(super) fn decode_payload(
-    ty: &ResourceTypeInfo,
-    any: envelope::Any,
-    type_matches: bool,
-) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
-    if !type_matches {
-        return Err(resource::DecodeError::unnamed(format!(
-            "type URL {:?} does not match the response's {:?}",
-            String::from_utf8_lossy(&any.type_url),
-            ty.type_url()
-        )));
-    }
-    let (name, value) = ty.decode(&any.value)?;
-    Ok((name, value, any.value))
 }
 
 /// The canonical spelling of a name a server sent (xdstp context parameters sorted).
