@@ -411,7 +411,6 @@ mod tests {
     use super::*;
     use http::header::HeaderValue;
     use prost::Message;
-    use rand_core::SeedableRng;
     use xds_proto_core::pb::envoy::config::route::v3 as route_pb;
     use xds_proto_core::pb::envoy::r#type::matcher::v3 as matcher_pb;
     use xds_proto_core::selector::{ClusterRegistry, ConfigSelector};
@@ -462,7 +461,7 @@ mod tests {
         let mut registry = ClusterRegistry::new();
         let selector =
             ConfigSelector::from_virtual_host(&routes.virtual_hosts[0], &[], None, &mut registry);
-        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(1);
+        let mut rng = xds_proto_core::selector::Seeded(1);
         let headers = HeaderMap::new();
         selector
             .select("/s/m", &HeaderMetadata(&headers), &mut rng)

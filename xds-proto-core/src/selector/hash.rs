@@ -7,7 +7,6 @@
 //! [`PickArgs::hash`]: crate::lb::PickArgs::hash
 
 use super::{Metadata, Selection, header_value};
-use crate::lb::hash_header_value;
 use crate::resource::route::HashPolicy;
 
 impl HashPolicy {
@@ -15,7 +14,8 @@ impl HashPolicy {
     /// - a header policy hashes the header's value as route matchers see it (A42 points
     ///   to A28: binary `-bin` and gRPC-reserved headers are absent, `content-type` is
     ///   `application/grpc`, repeated values are joined with `,`; see
-    ///   [`header_value`]), after its `regex_rewrite`, with XXH64 ([`hash_header_value`]); no header, no hash;
+    ///   [`header_value`]), after its `regex_rewrite`, with XXH64
+    ///   ([`hash_header_value`](crate::lb::hash_header_value)); no header, no hash;
     /// - a `filter_state` policy on `io.grpc.channel_id` gives `channel_id`, the
     ///   channel's random identity.
     pub fn request_hash<M: Metadata + ?Sized>(&self, metadata: &M, channel_id: u64) -> Option<u64> {
