@@ -36,25 +36,31 @@ pub struct Verdict {
 }
 
 /// Unwraps an `envoy.service.discovery.v3.Resource` and decodes one resource: the
-/// name (when readable) and, when valid, the bytes the cache keeps.
+/// name (when readable) and, when valid, the bytes the cache keeps. A wrapper's
+/// non-empty name is the resource's name whatever its payload calls itself, and an
+/// error in a named wrapper's payload goes to that name (C-core's and Envoy's rule,
+/// the client's `decode_enveloped`).
 fn judge_one(ty: &ResourceTypeInfo, any: &Any) -> (Option<String>, Option<Bytes>) {
-    let inner = if any.type_url == type_url::RESOURCE_WRAPPER {
+    let (envelope_name, inner) = if any.type_url == type_url::RESOURCE_WRAPPER {
         let Ok(wrapper) = Resource::decode(any.value.clone()) else {
             return (None, None);
         };
-        match wrapper.resource {
-            Some(inner) => inner,
-            None => return ((!wrapper.name.is_empty()).then_some(wrapper.name), None),
-        }
+        (
+            (!wrapper.name.is_empty()).then_some(wrapper.name),
+            wrapper.resource,
+        )
     } else {
-        any.clone()
+        (None, Some(any.clone()))
+    };
+    let Some(inner) = inner else {
+        return (envelope_name, None);
     };
     if inner.type_url != ty.type_url() {
-        return (None, None);
+        return (envelope_name, None);
     }
     match ty.decode(&inner.value) {
-        Ok((name, _)) => (Some(name), Some(inner.value)),
-        Err(e) => (e.name, None),
+        Ok((name, _)) => (Some(envelope_name.unwrap_or(name)), Some(inner.value)),
+        Err(e) => (envelope_name.or(e.name), None),
     }
 }
 

@@ -17,7 +17,7 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse, Resource,
 };
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::{builtin_types, type_url};
+use xds_proto_core::resource::type_url;
 
 use super::{CheckedClient, StreamTypeModel, Violation, short, violation};
 
@@ -25,9 +25,6 @@ use super::{CheckedClient, StreamTypeModel, Violation, short, violation};
 /// names it removes (canonical). `None` when the bytes are no delta response.
 pub(super) fn decode_as_sotw(bytes: &Bytes) -> Option<(DiscoveryResponse, BTreeSet<String>)> {
     let delta = DeltaDiscoveryResponse::decode(bytes.clone()).ok()?;
-    let ty = builtin_types()
-        .into_iter()
-        .find(|t| t.type_url() == delta.type_url);
     let resources = delta
         .resources
         .into_iter()
@@ -37,22 +34,10 @@ pub(super) fn decode_as_sotw(bytes: &Bytes) -> Option<(DiscoveryResponse, BTreeS
             } else {
                 r.name
             };
-            // A named Resource whose payload does not decode to that name (another
-            // name, a type mismatch, bad bytes) is invalid, named by the Resource.
-            let payload_name = |any: &Any| -> Option<String> {
-                let ty = ty.as_ref()?;
-                if any.type_url != ty.type_url() {
-                    return None;
-                }
-                ty.decode(&any.value).ok().map(|(n, _)| n)
-            };
-            let resource = r.resource.filter(|any| {
-                name.is_empty()
-                    || payload_name(any).is_some_and(|inner| canonical(&inner) == canonical(&name))
-            });
+            // Named as a SotW wrapper is: the Resource's name wins over the payload's.
             let wrapper = Resource {
                 name,
-                resource,
+                resource: r.resource,
                 ..Default::default()
             };
             Any {
