@@ -16,8 +16,10 @@ pub async fn run(args: ChildArgs) -> ! {
     let bootstrap = Bootstrap::from_json_str(&format!(
         r#"{{"xds_servers": [{{"server_uri": "{}", "channel_creds": [{{"type": "insecure"}}],
               "server_features": ["xds_v3"]}}],
+            "certificate_providers": {},
             "node": {{"id": "compare-ours", "cluster": "compare"}}}}"#,
-        args.addr
+        args.addr,
+        xds_proto_testing::resources::mesh::certificate_providers_json()
     ))
     .expect("a valid bootstrap");
     let client = Client::builder(bootstrap)

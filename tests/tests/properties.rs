@@ -14,8 +14,8 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use serde_json::{Map, Number, Value};
 use xds_proto_core::Bootstrap;
 use xds_proto_core::bootstrap::{
-    ApiType, AuthorityConfig, CertificateProviderConfig, ChannelCredentials, LocalityConfig,
-    NodeConfig, ServerConfig, ServerFeatures, TlsCredentials,
+    ApiType, AuthorityConfig, CertificateProviderConfig, ChannelCredentials, FILE_WATCHER_PLUGIN,
+    FileWatcherConfig, LocalityConfig, NodeConfig, ServerConfig, ServerFeatures, TlsCredentials,
 };
 use xds_proto_core::client::{Action, WatcherId};
 use xds_proto_tests::sim::bootstrap_json;
@@ -51,6 +51,35 @@ fn json_object(g: &mut Gen, depth: u32) -> Map<String, Value> {
     (0..u8::arbitrary(g) % 3)
         .map(|_| (String::arbitrary(g), json_value(g, depth)))
         .collect()
+}
+
+/// A `file_watcher` (valid: a certificate and key together, at least one file, at least
+/// a second between reads) or another plugin with any config object.
+fn certificate_provider(g: &mut Gen) -> CertificateProviderConfig {
+    if bool::arbitrary(g) {
+        // Any other plugin keeps its config, an object (anything else is refused).
+        let mut plugin_name = non_empty(g);
+        if plugin_name == FILE_WATCHER_PLUGIN {
+            plugin_name.push('x');
+        }
+        let depth = 1 + u32::from(bool::arbitrary(g));
+        return CertificateProviderConfig::Other {
+            plugin_name,
+            config: json_object(g, depth),
+        };
+    }
+    let identity = bool::arbitrary(g);
+    let ca = !identity || bool::arbitrary(g);
+    CertificateProviderConfig::FileWatcher(FileWatcherConfig {
+        certificate_file: identity.then(|| non_empty(g)),
+        private_key_file: identity.then(|| non_empty(g)),
+        ca_certificate_file: ca.then(|| non_empty(g)),
+        spiffe_trust_bundle_map_file: bool::arbitrary(g).then(|| non_empty(g)),
+        refresh_interval: Duration::new(
+            1 + u64::from(u32::arbitrary(g)),
+            u32::arbitrary(g) % 1_000_000_000,
+        ),
+    })
 }
 
 fn server(g: &mut Gen) -> ServerConfig {
@@ -136,19 +165,8 @@ impl Arbitrary for GenBootstrap {
                 (name, config)
             })
             .collect();
-        let certificate_providers = (0..u8::arbitrary(g) % 2)
-            .map(|_| {
-                // A provider's config is an object (anything else is refused).
-                let depth = 1 + u32::from(bool::arbitrary(g));
-                let config = Value::Object(json_object(g, depth));
-                (
-                    String::arbitrary(g),
-                    CertificateProviderConfig {
-                        plugin_name: non_empty(g),
-                        config,
-                    },
-                )
-            })
+        let certificate_providers = (0..u8::arbitrary(g) % 3)
+            .map(|_| (String::arbitrary(g), certificate_provider(g)))
             .collect();
         GenBootstrap(Bootstrap {
             xds_servers: servers(g, 1),

@@ -41,13 +41,26 @@ use xds_proto_core::{
 use xds_proto_testing::alloc::{self, CountingAlloc};
 use xds_proto_testing::peer;
 use xds_proto_testing::resources::any;
-use xds_proto_testing::resources::mesh::{cluster_name, istio_cluster, istio_endpoints};
+use xds_proto_testing::resources::mesh::{self, cluster_name, istio_cluster, istio_endpoints};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
-const BOOTSTRAP: &str = r#"{"xds_servers": [{"server_uri": "istiod:15010", "channel_creds": [{"type": "insecure"}]}],
+/// The bootstrap, with the certificate provider the mesh's mTLS clusters name (A29: a
+/// cluster naming an instance the bootstrap lacks is NACKed).
+fn bootstrap() -> Bootstrap {
+    let json = r#"{"xds_servers": [{"server_uri": "istiod:15010", "channel_creds": [{"type": "insecure"}]}],
   "node": {"id": "sidecar~10.0.0.1~bench.default~default.svc.cluster.local"}}"#;
+    let json = json.replacen(
+        r#""node""#,
+        &format!(
+            r#""certificate_providers": {}, "node""#,
+            mesh::certificate_providers_json()
+        ),
+        1,
+    );
+    Bootstrap::from_json_str(&json).unwrap()
+}
 
 fn response(url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> Bytes {
     peer::response(url, version, nonce, resources)
@@ -57,10 +70,7 @@ fn response(url: &str, version: &str, nonce: &str, resources: Vec<Any>) -> Bytes
 
 /// A client watching `names` of `url`, on a connected stream with the subscription sent.
 fn subscribed_client<T: XdsResourceType>(names: &[String]) -> (XdsClient, StreamId) {
-    let mut client = XdsClient::new(
-        XdsClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()),
-        1,
-    );
+    let mut client = XdsClient::new(XdsClientConfig::new(bootstrap()), 1);
     for n in names {
         client.watch::<T>(n).unwrap();
     }

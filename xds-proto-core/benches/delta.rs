@@ -27,12 +27,25 @@ use xds_proto_core::{
 };
 use xds_proto_testing::peer::{delta_on_the_wire, delta_response};
 use xds_proto_testing::resources::any;
-use xds_proto_testing::resources::mesh::{cluster_name, istio_cluster};
+use xds_proto_testing::resources::mesh::{self, cluster_name, istio_cluster};
 use xds_proto_testing::server::{ManagementServer, ServerPolicy, SimResource};
 
-const BOOTSTRAP: &str = r#"{"xds_servers": [{"server_uri": "istiod:15012", "channel_creds": [{"type": "insecure"}],
+/// The bootstrap, with the certificate provider the mesh's mTLS clusters name (A29: a
+/// cluster naming an instance the bootstrap lacks is NACKed).
+fn bootstrap() -> Bootstrap {
+    let json = r#"{"xds_servers": [{"server_uri": "istiod:15012", "channel_creds": [{"type": "insecure"}],
   "api_type": "AGGREGATED_DELTA_GRPC"}],
   "node": {"id": "sidecar~10.0.0.1~bench.default~default.svc.cluster.local"}}"#;
+    let json = json.replacen(
+        r#""node""#,
+        &format!(
+            r#""certificate_providers": {}, "node""#,
+            mesh::certificate_providers_json()
+        ),
+        1,
+    );
+    Bootstrap::from_json_str(&json).unwrap()
+}
 
 const N: usize = 10_000;
 
@@ -90,10 +103,7 @@ fn cached_client(
     names: &[String],
     key: u64,
 ) -> (XdsClient, StreamId) {
-    let mut client = XdsClient::new(
-        XdsClientConfig::new(Bootstrap::from_json_str(BOOTSTRAP).unwrap()),
-        1,
-    );
+    let mut client = XdsClient::new(XdsClientConfig::new(bootstrap()), 1);
     for n in names {
         client.watch::<Cds>(n).unwrap();
     }

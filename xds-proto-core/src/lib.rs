@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod names;
 pub mod pool;
 pub mod resource;
+pub mod security;
 pub mod selector;
 pub mod time;
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 use prost::Message;
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::{
-    ClusterType, HealthStatus, ListenerKind, RouteSource, cluster, endpoint, listener, route,
-    type_url,
+    ClusterType, DecodeContext, HealthStatus, ListenerKind, RouteSource, cluster, endpoint,
+    listener, route, type_url,
 };
+use xds_proto_core::security::{CertificateProviderInstance, RootCertificates};
 use xds_proto_core::{Code, DecodeError};
 use xds_proto_testing::resources::{self, Host, Locality, PrefixRoute, RouteTarget, mesh};
 
@@ -86,11 +87,14 @@ fn serving_listener_is_a_server_listener_on_its_address_with_non_forwarding_rout
         ListenerKind::Server {
             address,
             port,
-            filter_chain_count,
-            has_default_filter_chain,
+            filter_chains,
+            default_filter_chain,
         } => {
             assert_eq!((address.as_str(), port), ("127.0.0.1", 50051));
-            assert_eq!((filter_chain_count, has_default_filter_chain), (1, false));
+            assert_eq!(filter_chains.len(), 1);
+            assert_eq!(filter_chains[0].name, "serve-all");
+            assert!(filter_chains[0].tls.is_none(), "plaintext");
+            assert!(default_filter_chain.is_none());
         }
         other => panic!("expected a server listener, got {other:?}"),
     }
@@ -276,7 +280,22 @@ fn the_mesh_is_valid_and_its_full_cluster_extends_the_lean_one() {
             service_name: Some(name.clone())
         }
     );
-    assert!(lean.tls.is_some());
+    // The mesh's TLS is istiod's proxyless form: valid with the mesh's providers.
+    let tls = lean.tls.expect("an mTLS cluster");
+    assert_eq!(
+        tls.identity.map(|i| i.instance_name).as_deref(),
+        Some(mesh::CERTIFICATE_PROVIDER)
+    );
+    assert_eq!(tls.match_subject_alt_names.len(), 1);
+    let bootstrap = xds_proto_core::Bootstrap::from_json_str(&format!(
+        r#"{{"xds_servers": [{{"server_uri": "x:1", "channel_creds": [{{"type": "insecure"}}]}}],
+            "certificate_providers": {}}}"#,
+        mesh::certificate_providers_json()
+    ))
+    .unwrap();
+    let context = DecodeContext::new(&bootstrap);
+    let service = mesh::service_cluster(1);
+    assert!(cluster::decode_in(&context, &service.value).is_ok());
     let full = resources::any(type_url::CLUSTER, &mesh::istio_cluster(1, 7));
     let full_decoded = decode_cluster(&full).unwrap();
     assert_eq!(full_decoded.max_requests, 1024 + 7);
@@ -336,4 +355,124 @@ fn wrapper_errors_and_names() {
         Some("e")
     );
     assert_eq!(resources::resource_name(&wrapped), None);
+}
+
+/// A bootstrap defining the provider instances `mesh` (a certificate, its key and a CA
+/// file) and `ca` (a CA file), from the kit's JSON builder.
+fn tls_bootstrap() -> xds_proto_core::Bootstrap {
+    let mesh = resources::file_watcher_provider_json(
+        Some("/certs/cert.pem"),
+        Some("/certs/key.pem"),
+        Some("/certs/ca.pem"),
+        Duration::from_millis(1500),
+    );
+    let ca = resources::file_watcher_provider_json(None, None, Some("/ca.pem"), Duration::ZERO);
+    let b = xds_proto_core::Bootstrap::from_json_str(&format!(
+        r#"{{"xds_servers": [{{"server_uri": "x:1", "channel_creds": [{{"type": "insecure"}}]}}],
+            "certificate_providers": {{"mesh": {mesh}, "ca": {ca}}}}}"#
+    ))
+    .unwrap();
+    let mesh = b.certificate_providers["mesh"].file_watcher().unwrap();
+    assert_eq!(mesh.refresh_interval, Duration::from_millis(1500));
+    assert_eq!(
+        mesh.identity_files(),
+        Some(("/certs/cert.pem", "/certs/key.pem"))
+    );
+    b
+}
+
+fn instance(name: &str) -> CertificateProviderInstance {
+    CertificateProviderInstance {
+        instance_name: name.into(),
+        certificate_name: String::new(),
+    }
+}
+
+#[test]
+fn tls_clusters_decode_with_their_security_config() {
+    let b = tls_bootstrap();
+    let context = DecodeContext::new(&b);
+    let c = resources::mtls_cluster("c", "mesh", &["server.example", "spiffe://td/server"]);
+    let (_, decoded) = cluster::decode_in(&context, &c.value).unwrap();
+    let tls = decoded.tls.expect("TLS");
+    assert_eq!(tls.identity, Some(instance("mesh")));
+    assert_eq!(tls.roots, RootCertificates::Provider(instance("mesh")));
+    assert_eq!(tls.match_subject_alt_names.len(), 2);
+    // Plain TLS: roots only.
+    let plain = resources::tls_cluster("p", &resources::upstream_tls_context("ca", None, &[]));
+    let tls = cluster::decode_in(&context, &plain.value)
+        .unwrap()
+        .1
+        .tls
+        .unwrap();
+    assert_eq!(
+        (tls.identity, tls.roots),
+        (None, RootCertificates::Provider(instance("ca")))
+    );
+    // An instance the bootstrap lacks is a NACK naming it.
+    let unknown = resources::mtls_cluster("u", "nope", &[]);
+    let e = cluster::decode_in(&context, &unknown.value).unwrap_err();
+    assert!(
+        e.message
+            .contains("unrecognized certificate provider instance name \"nope\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn tls_server_listeners_decode_with_their_security_config() {
+    let b = tls_bootstrap();
+    let context = DecodeContext::new(&b);
+    let l = resources::mtls_server_listener(
+        "grpc/server?addr=127.0.0.1:50051",
+        "127.0.0.1",
+        50051,
+        "mesh",
+    );
+    let (_, decoded) = listener::decode_in(&context, &l.value).unwrap();
+    let ListenerKind::Server {
+        port,
+        filter_chains,
+        ..
+    } = decoded.kind
+    else {
+        panic!("a server listener")
+    };
+    assert_eq!(port, 50051);
+    let tls = filter_chains[0].tls.clone().expect("TLS");
+    assert_eq!(tls.identity, instance("mesh"));
+    assert_eq!(tls.client_roots, Some(instance("mesh")));
+    assert!(tls.require_client_certificate);
+    // TLS without client certificates, and plaintext.
+    let server_tls = resources::downstream_tls_context("mesh", None, false);
+    let msg = resources::tls_server_listener_msg("s", "0.0.0.0", 8443, Some(&server_tls));
+    let (_, decoded) = listener::decode_in(&context, &msg.encode_to_vec()).unwrap();
+    let ListenerKind::Server { filter_chains, .. } = decoded.kind else {
+        panic!("a server listener")
+    };
+    let tls = filter_chains[0].tls.clone().unwrap();
+    assert_eq!(
+        (tls.client_roots, tls.require_client_certificate),
+        (None, false)
+    );
+    let plain = resources::tls_server_listener_msg("s", "0.0.0.0", 8080, None);
+    let (_, decoded) = listener::decode_in(&context, &plain.encode_to_vec()).unwrap();
+    let ListenerKind::Server { filter_chains, .. } = decoded.kind else {
+        panic!("a server listener")
+    };
+    assert_eq!(filter_chains[0].tls, None);
+    // The chain's HttpConnectionManager is a valid one (A36 will read it): inline routes
+    // with a non-forwarding action, the router last.
+    let hcm_any = match &plain.filter_chains[0].filters[0].config_type {
+        Some(xds_proto_core::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(
+            a,
+        )) => a.clone(),
+        other => panic!("expected a typed config, got {other:?}"),
+    };
+    let client_view = resources::listener_of(
+        "as-client",
+        &xds_proto_core::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager::decode(hcm_any.value.as_ref()).unwrap(),
+    );
+    let hcm = client_hcm(&client_view);
+    assert!(matches!(hcm.route_config, RouteSource::Inline(_)));
 }

@@ -86,12 +86,7 @@ pub fn to_json(b: &Bootstrap) -> String {
     let providers: Map<String, Value> = b
         .certificate_providers
         .iter()
-        .map(|(name, p)| {
-            (
-                name.clone(),
-                json!({"plugin_name": p.plugin_name, "config": p.config}),
-            )
-        })
+        .map(|(name, p)| (name.clone(), p.to_json()))
         .collect();
     let mut root = Map::new();
     root.insert(

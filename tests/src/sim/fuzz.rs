@@ -562,6 +562,11 @@ pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
         let delta = crate::delta_response(t, "d1", vec![("a", "7", valid_any(t, "a", 1))], &["b"]);
         out.push(("decode_response", delta.encode_to_vec()));
     }
+    // A29: a cluster and a server listener with TLS contexts.
+    let tls_cluster = xds_proto_testing::resources::mtls_cluster("t", "p", &["spiffe://td/s"]);
+    out.push(("decode_response", tls_cluster.value.to_vec()));
+    let tls_listener = xds_proto_testing::resources::mtls_server_listener("l", "::", 443, "p");
+    out.push(("decode_response", tls_listener.value.to_vec()));
     for json in bootstraps() {
         out.push(("bootstrap", json.into_bytes()));
     }
@@ -569,7 +574,8 @@ pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
         "bootstrap",
         br#"{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "tls", "config": {"ca_certificate_file": "/ca", "certificate_file": "/c", "private_key_file": "/k", "refresh_interval": "1.5s"}}]}],
             "node": {"id": "n", "locality": {"zone": "z"}, "metadata": {"k": [1, 2.5, null, {"x": "y"}]}},
-            "certificate_providers": {"p": {"plugin_name": "file_watcher", "config": {"a": 1}}},
+            "certificate_providers": {"p": {"plugin_name": "file_watcher", "config": {"certificate_file": "/c", "private_key_file": "/k", "spiffe_trust_bundle_map_file": "/b.json", "refresh_interval": "1.5s"}},
+                                      "q": {"plugin_name": "other", "config": {"a": 1}}},
             "server_listener_resource_name_template": "grpc/server?addr=%s"}"#
             .to_vec(),
     ));

@@ -141,10 +141,7 @@ impl BootstrapBuilder {
         }
         if !self.certificate_providers.is_empty() {
             let providers = (self.certificate_providers.iter())
-                .map(|(name, p)| {
-                    let doc = json!({"plugin_name": p.plugin_name, "config": p.config});
-                    (name.clone(), doc)
-                })
+                .map(|(name, p)| (name.clone(), p.to_json()))
                 .collect();
             root.insert("certificate_providers".into(), Value::Object(providers));
         }
@@ -269,6 +266,7 @@ fn duration_json(d: Duration) -> Value {
 mod tests {
     use super::*;
     use crate::bootstrap::BootstrapErrorKind;
+    use crate::bootstrap::FileWatcherConfig;
 
     fn insecure(uri: &str) -> ServerConfig {
         ServerConfig::new(uri, ChannelCredentials::Insecure)
@@ -312,10 +310,13 @@ mod tests {
             .server_listener_resource_name_template("grpc/server?xds.resource.listening_address=%s")
             .certificate_provider(
                 "files",
-                CertificateProviderConfig {
-                    plugin_name: "file_watcher".into(),
-                    config: json!({"certificate_file": "/c.pem"}),
-                },
+                CertificateProviderConfig::FileWatcher(FileWatcherConfig {
+                    certificate_file: Some("/c.pem".into()),
+                    private_key_file: Some("/k.pem".into()),
+                    ca_certificate_file: None,
+                    spiffe_trust_bundle_map_file: None,
+                    refresh_interval: Duration::from_secs(60),
+                }),
             )
             .build()
             .expect("valid");
@@ -338,7 +339,9 @@ mod tests {
               "client_default_listener_resource_name_template": "xdstp:///listeners/%s",
               "server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%s",
               "certificate_providers": {"files": {"plugin_name": "file_watcher",
-                                                  "config": {"certificate_file": "/c.pem"}}}
+                                                  "config": {"certificate_file": "/c.pem",
+                                                             "private_key_file": "/k.pem",
+                                                             "refresh_interval": "60s"}}}
             }"#,
         )
         .expect("valid");

@@ -13,7 +13,8 @@
 //! `server` parses the servers (their URIs, channel credentials), `node` the node
 //! identity, and `target` resolves data-plane targets to listener names through the
 //! templates (A47). This module holds the types, the loading entry points, authorities
-//! and their listener name templates, and certificate provider instances.
+//! and their listener name templates; `certificate_providers` the typed certificate
+//! provider instances (A29).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 mod builder;
+mod certificate_providers;
 mod error;
 mod json;
 mod node;
@@ -30,9 +32,14 @@ mod target;
 mod tests;
 
 pub use builder::BootstrapBuilder;
+use certificate_providers::parse_certificate_provider;
+pub use certificate_providers::{
+    CertificateProviderConfig, DEFAULT_REFRESH_INTERVAL, FILE_WATCHER_PLUGIN, FileWatcherConfig,
+    MIN_REFRESH_INTERVAL, RootsFile,
+};
 pub use error::{BootstrapError, BootstrapErrorKind};
 
-use json::{as_object, child, keyed, opt_object, opt_string, quote, required_string};
+use json::{as_object, child, keyed, opt_object, opt_string, quote};
 use node::parse_node;
 pub use server::ServerTarget;
 use server::parse_server_list;
@@ -211,16 +218,6 @@ pub struct AuthorityConfig {
     pub xds_servers: Vec<ServerConfig>,
 }
 
-/// One entry of the bootstrap's `certificate_providers`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertificateProviderConfig {
-    /// The plugin that implements the provider, never empty.
-    pub plugin_name: String,
-    /// The plugin's configuration, a JSON object otherwise uninterpreted; `{}` when
-    /// absent.
-    pub config: Value,
-}
-
 impl Bootstrap {
     /// Parses and validates a bootstrap from its JSON text.
     ///
@@ -395,22 +392,5 @@ fn parse_authority(
     Ok(AuthorityConfig {
         client_listener_resource_name_template,
         xds_servers,
-    })
-}
-
-fn parse_certificate_provider(
-    value: &Value,
-    path: &str,
-) -> Result<CertificateProviderConfig, BootstrapError> {
-    let obj = as_object(value, path)?;
-    let plugin_name = required_string(obj, path, "plugin_name")?;
-    let config = Value::Object(
-        opt_object(obj, path, "config")?
-            .cloned()
-            .unwrap_or_default(),
-    );
-    Ok(CertificateProviderConfig {
-        plugin_name,
-        config,
     })
 }

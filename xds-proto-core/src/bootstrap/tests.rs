@@ -106,7 +106,7 @@ fn full_bootstrap_parses_every_field() {
         "client_default_listener_resource_name_template": "xdstp://a.example/envoy.config.listener.v3.Listener/%s",
         "server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%s",
         "certificate_providers": {
-            "default": {"plugin_name": "file_watcher", "config": {"certificate_file": "/c.pem", "refresh_interval": "5s"}},
+            "default": {"plugin_name": "file_watcher", "config": {"certificate_file": "/c.pem", "private_key_file": "/k.pem", "refresh_interval": "5s"}},
             "bare": {"plugin_name": "meshca"}
         },
         "some_future_field": [1, 2, 3]
@@ -184,17 +184,20 @@ fn full_bootstrap_parses_every_field() {
         certificate_providers: BTreeMap::from([
             (
                 "bare".to_owned(),
-                CertificateProviderConfig {
+                CertificateProviderConfig::Other {
                     plugin_name: "meshca".into(),
-                    config: json!({}),
+                    config: Map::new(),
                 },
             ),
             (
                 "default".to_owned(),
-                CertificateProviderConfig {
-                    plugin_name: "file_watcher".into(),
-                    config: json!({"certificate_file": "/c.pem", "refresh_interval": "5s"}),
-                },
+                CertificateProviderConfig::FileWatcher(FileWatcherConfig {
+                    certificate_file: Some("/c.pem".into()),
+                    private_key_file: Some("/k.pem".into()),
+                    ca_certificate_file: None,
+                    spiffe_trust_bundle_map_file: None,
+                    refresh_interval: Duration::from_secs(5),
+                }),
             ),
         ]),
     };
@@ -1279,9 +1282,12 @@ fn a_certificate_provider_config_must_be_an_object() {
         err(provider(json!([1]))),
         r#"certificate_providers["p"].config: expected object, got array"#
     );
-    let b = parse(provider(json!({"certificate_file": "/c.pem"}))).unwrap();
+    let b = parse(provider(json!({"ca_certificate_file": "/ca.pem"}))).unwrap();
     assert_eq!(
-        b.certificate_providers["p"].config,
-        json!({"certificate_file": "/c.pem"})
+        b.certificate_providers["p"].to_json(),
+        json!({"plugin_name": "file_watcher",
+               "config": {"ca_certificate_file": "/ca.pem", "refresh_interval": "600s"}})
     );
 }
+
+mod certificate_providers;

@@ -224,11 +224,13 @@ impl XdsClient {
         let ty = self.types[cx.t];
         let count = resources.len() as u64;
         let mut decoded = Decoded::default();
+        let context = resource::DecodeContext::new(&self.config.bootstrap);
         let table = &mut self.resources[cx.t];
         for (i, r) in resources.into_iter().enumerate() {
             let version: Arc<str> = Arc::from(r.version.as_str());
             let before = decoded.items.len();
-            decoded.note(table, i, decode_delta_resource(&ty, r), cx.stamp);
+            let result = decode_delta_resource(&ty, &context, r);
+            decoded.note(table, i, result, cx.stamp);
             if decoded.items.len() > before {
                 decoded.versions.push(version);
             }
@@ -272,11 +274,12 @@ impl XdsClient {
 /// SotW `Resource` wrapper is, by the same rule ([`decode_enveloped`]).
 fn decode_delta_resource(
     ty: &ResourceTypeInfo,
+    context: &resource::DecodeContext<'_>,
     r: DeltaResource,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
     let name = match r.name.is_empty() {
         false => r.name,
         true => r.resource_name.map(|n| n.name).unwrap_or_default(),
     };
-    decode_enveloped(ty, name, r.resource)
+    decode_enveloped(ty, context, name, r.resource)
 }

@@ -168,11 +168,12 @@ pub(super) fn decode_delta(bytes: Bytes) -> Result<DeltaDiscoveryResponse, Strin
 /// A wrapped resource is named by its wrapper ([`decode_enveloped`]).
 pub(super) fn decode_one(
     ty: &ResourceTypeInfo,
+    context: &resource::DecodeContext<'_>,
     any: Any,
     type_matches: bool,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
     if any.type_url != resource::type_url::RESOURCE_WRAPPER.as_bytes() {
-        return decode_payload(ty, any, type_matches);
+        return decode_payload(ty, context, any, type_matches);
     }
     let wrapper = <discovery::Resource as prost::Message>::decode(any.value).map_err(|e| {
         resource::DecodeError::unnamed(format!("failed to decode Resource wrapper: {e}"))
@@ -181,7 +182,7 @@ pub(super) fn decode_one(
         type_url: Bytes::from(inner.type_url.into_bytes()),
         value: inner.value,
     });
-    decode_enveloped(ty, wrapper.name, inner)
+    decode_enveloped(ty, context, wrapper.name, inner)
 }
 
 /// Decodes a resource that came in a `Resource` envelope: a SotW `Resource` wrapper or
@@ -196,6 +197,7 @@ pub(super) fn decode_one(
 /// the payload's name.
 pub(super) fn decode_enveloped(
     ty: &ResourceTypeInfo,
+    context: &resource::DecodeContext<'_>,
     envelope_name: String,
     payload: Option<Any>,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
@@ -207,7 +209,7 @@ pub(super) fn decode_enveloped(
         });
     };
     let matches = any.type_url == ty.type_url().as_bytes();
-    match decode_payload(ty, any, matches) {
+    match decode_payload(ty, context, any, matches) {
         Ok((inner, value, raw)) => match name {
             Some(name) => {
                 if inner != name {
@@ -231,6 +233,7 @@ pub(super) fn decode_enveloped(
 /// Decodes one unwrapped resource whose type URL was checked (`type_matches`).
 pub(super) fn decode_payload(
     ty: &ResourceTypeInfo,
+    context: &resource::DecodeContext<'_>,
     any: Any,
     type_matches: bool,
 ) -> Result<(String, ResourceValue, Bytes), resource::DecodeError> {
@@ -241,7 +244,7 @@ pub(super) fn decode_payload(
             ty.type_url()
         )));
     }
-    let (name, value) = ty.decode(&any.value)?;
+    let (name, value) = ty.decode_in(context, &any.value)?;
     Ok((name, value, any.value))
 }
 

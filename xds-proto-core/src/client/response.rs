@@ -241,6 +241,7 @@ impl XdsClient {
             .iter()
             .map(|a| a.type_url == cx.type_url.as_bytes())
             .collect();
+        let context = resource::DecodeContext::new(&self.config.bootstrap);
         let table = &mut self.resources[cx.t];
         for (i, any) in resources.into_iter().enumerate() {
             // SotW resends: the same bytes at the same position as in the last response
@@ -254,7 +255,7 @@ impl XdsClient {
                 order.push(Some(*slot));
                 continue;
             }
-            let result = envelope::decode_one(&ty, any, type_matches[i]);
+            let result = envelope::decode_one(&ty, &context, any, type_matches[i]);
             order.push(decoded.note(table, i, result, cx.stamp));
         }
         let sts = &mut self.servers[cx.server].types[cx.t];

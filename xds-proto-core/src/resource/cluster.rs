@@ -1,22 +1,24 @@
 //! CDS: decoding and validating `envoy.config.cluster.v3.Cluster` into a compact
-//! [`ClusterResource`], following gRPC's rules (gRFCs A27, A28, A37, A42, A47, A48, A52,
-//! A58; A29 only as far as noting an upstream TLS context).
+//! [`ClusterResource`], following gRPC's rules (gRFCs A27, A28, A29, A37, A42, A47, A48,
+//! A52, A58, A101).
 //!
 //! The module owns the cluster types: the discovery type ([`ClusterType`]: EDS,
 //! LOGICAL_DNS or aggregate), the load-balancing policy ([`LbPolicy`], from the legacy
 //! `lb_policy` enum or the newer `load_balancing_policy` list), LRS, the circuit breaker
-//! request limit, outlier detection (A50) and the presence of an upstream TLS context.
+//! request limit, outlier detection (A50) and the cluster's security config (A29: the
+//! `transport_socket`'s `UpstreamTlsContext`, validated in `resource/tls.rs`).
 //!
 //! The LB policy is decoded in `lb_policy`; `lite` holds the decode-only message views.
 
 use std::time::Duration;
 
-use super::DecodeError;
 use super::listener::check_ads_or_self;
+use super::tls::{check_socket_type, parse_upstream};
 use super::validate::{
     FieldError, PortRange, decode_message, decode_resource, optional, required, socket_port,
     typed_config,
 };
+use super::{DecodeContext, DecodeError};
 use crate::pb::envoy::config::cluster::v3 as cluster_pb;
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
@@ -26,9 +28,8 @@ use lb_policy::{parse_lb_policy_list, parse_legacy_lb_policy};
 /// Type name of the aggregate cluster config (gRFC A37).
 pub const AGGREGATE_CLUSTER_TYPE: &str = "envoy.extensions.clusters.aggregate.v3.ClusterConfig";
 
-/// Type name of `UpstreamTlsContext`, the only transport socket config accepted.
-pub const UPSTREAM_TLS_CONTEXT_TYPE: &str =
-    "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+pub use super::tls::UPSTREAM_TLS_CONTEXT_TYPE;
+pub use crate::security::UpstreamTls;
 
 /// `max_requests` when no DEFAULT-priority circuit breaker threshold sets it.
 pub const DEFAULT_MAX_REQUESTS: u32 = 1024;
@@ -62,8 +63,8 @@ pub struct ClusterResource {
     pub lrs_server: bool,
     /// The DEFAULT-priority circuit breaker's `max_requests` (default 1024).
     pub max_requests: u32,
-    /// The upstream TLS context, when the cluster's transport socket configures one
-    /// (security itself, A29, is not interpreted yet).
+    /// The security config (A29) of the cluster's `transport_socket`, when it has one;
+    /// `None`: no TLS from xDS (a channel with xDS credentials uses its fallback).
     pub tls: Option<UpstreamTls>,
     /// Outlier detection (A50), when the cluster sets `outlier_detection`.
     pub outlier_detection: Option<OutlierDetection>,
@@ -206,26 +207,31 @@ impl Default for WeightedRoundRobinConfig {
     }
 }
 
-/// What the cluster's `UpstreamTlsContext` says (only the parts kept so far).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpstreamTls {
-    /// `sni` (may be empty).
-    pub sni: String,
-}
-
-/// Decodes and validates one serialized `Cluster`.
+/// Decodes and validates one serialized `Cluster` without a bootstrap: certificate
+/// provider instance names are not checked (see [`DecodeContext::default`]).
 ///
 /// Only the fields the validation reads are decoded (see `lite`); everything else
-/// (metadata, timeouts, health checks, the TLS common context, ...) is skipped on the
-/// wire.
+/// (metadata, timeouts, health checks, ALPN, ...) is skipped on the wire.
 pub fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
+    decode_in(&DecodeContext::default(), bytes)
+}
+
+/// Decodes and validates one serialized `Cluster` for a client with this context.
+pub fn decode_in(
+    context: &DecodeContext<'_>,
+    bytes: &[u8],
+) -> Result<(String, ClusterResource), DecodeError> {
     let mut cluster: lite::Cluster = decode_resource(bytes, "Cluster")?;
     let name = std::mem::take(&mut cluster.name);
-    let value = parse_cluster(&name, cluster).map_err(|e| e.into_decode_error(&name))?;
+    let value = parse_cluster(context, &name, cluster).map_err(|e| e.into_decode_error(&name))?;
     Ok((name, value))
 }
 
-fn parse_cluster(name: &str, mut cluster: lite::Cluster) -> Result<ClusterResource, FieldError> {
+fn parse_cluster(
+    context: &DecodeContext<'_>,
+    name: &str,
+    mut cluster: lite::Cluster,
+) -> Result<ClusterResource, FieldError> {
     let cluster_type = parse_cluster_type(name, &mut cluster)?;
     let lb_policy = match &cluster.load_balancing_policy {
         Some(policy) => {
@@ -251,10 +257,15 @@ fn parse_cluster(name: &str, mut cluster: lite::Cluster) -> Result<ClusterResour
         .and_then(|cb| cb.default_threshold.as_ref())
         .and_then(|t| t.max_requests.as_ref())
         .map_or(DEFAULT_MAX_REQUESTS, |v| v.value);
+    if !cluster.transport_socket_matches.is_empty() {
+        // Ignoring the matches could send plaintext where TLS was meant (gRPC-Go NACKs;
+        // C-core does not read the field).
+        return Err(FieldError::new("transport_socket_matches", "not supported"));
+    }
     let tls = optional(
         cluster.transport_socket.as_ref(),
         "transport_socket",
-        parse_transport_socket,
+        |ts| parse_transport_socket(context, ts),
     )?;
     let outlier_detection = optional(
         cluster.outlier_detection.as_ref(),
@@ -405,37 +416,22 @@ fn parse_aggregate(
 
 /// The transport socket must carry an `UpstreamTlsContext`. Paths are relative to
 /// `transport_socket`.
-fn parse_transport_socket(ts: &lite::TransportSocket) -> Result<UpstreamTls, FieldError> {
+fn parse_transport_socket(
+    context: &DecodeContext<'_>,
+    ts: &lite::TransportSocket,
+) -> Result<UpstreamTls, FieldError> {
     use lite::transport_socket::ConfigType;
     let Some(ConfigType::TypedConfig(any)) = &ts.config_type else {
         return Err(FieldError::missing("typed_config"));
     };
-    // `type.googleapis.com/<UpstreamTlsContext>` (any prefix) passes `typed_config`'s
-    // checks unchanged; anything else is rejected by them or just below, with their
-    // error.
-    let is_tls = any
-        .type_url
-        .rsplit_once('/')
-        .is_some_and(|(_, name)| name == UPSTREAM_TLS_CONTEXT_TYPE);
-    if !is_tls {
-        let any = crate::pb::google::protobuf::Any {
-            type_url: any.type_url.clone(),
-            value: any.value.clone().into(),
-        };
-        let config = typed_config(&any).map_err(|e| e.at("typed_config"))?;
-        return Err(FieldError::new(
-            "typed_config.type_url",
-            format!("unsupported transport socket type {:?}", config.type_url),
-        ));
-    }
-    let tls: lite::UpstreamTlsContext =
-        decode_message(&any.value, "typed_config.value", "UpstreamTlsContext")?;
-    Ok(UpstreamTls { sni: tls.sni })
+    check_socket_type(&any.type_url, &any.value, UPSTREAM_TLS_CONTEXT_TYPE)
+        .map_err(|e| e.at("typed_config"))?;
+    parse_upstream(context, &any.value).map_err(|e| e.at("typed_config.value"))
 }
 
 mod lb_policy;
 /// Decode-only views of the messages: only the fields the validation reads.
-mod lite;
+pub(super) mod lite;
 mod outlier_detection;
 
 #[cfg(test)]

@@ -5,7 +5,10 @@
 //! holding an `HttpConnectionManager` (gRFC A27), validated into
 //! [`HttpConnectionManager`] with its route source (RDS name or inline route
 //! configuration, A28/A31), HTTP filter chain (A39) and `max_stream_duration` (A31). A
-//! listener with an address instead is a server-side listener (A36), kept minimal. The
+//! listener with an address instead is a server-side listener (A36), kept minimal: its
+//! address and, for each filter chain, its security config (A29: the `transport_socket`'s
+//! `DownstreamTlsContext`, validated in `resource/tls.rs`); filter chain matching and
+//! the server's HTTP filters come with the xDS server. The
 //! module also owns the table of HTTP filter types gRPC supports
 //! ([`SUPPORTED_HTTP_FILTERS`]), which the route decoder consults for per-route filter
 //! overrides.
@@ -13,12 +16,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::DecodeError;
 use super::route::{RouteConfigResource, TypedConfig, parse_route_configuration};
+use super::tls::{DOWNSTREAM_TLS_CONTEXT_TYPE, check_socket_type, parse_downstream};
 use super::validate::{
     FieldError, PortRange, decode_message, decode_resource, duration, optional, required,
     socket_port, type_name, typed_config,
 };
+use super::{DecodeContext, DecodeError};
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::listener::v3 as listener_pb;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm_pb;
@@ -142,17 +146,32 @@ pub struct ListenerResource {
 pub enum ListenerKind {
     /// A client-side listener: `api_listener` holding an `HttpConnectionManager`.
     Client(HttpConnectionManager),
-    /// A server-side listener (gRFC A36), kept minimal: filter chains are not decoded.
+    /// A server-side listener (gRFC A36), kept minimal: its address and the security
+    /// config of each filter chain.
     Server {
         /// `address.socket_address.address`.
         address: String,
         /// `address.socket_address.port_value` (at most 65535).
         port: u32,
-        /// The number of `filter_chains`.
-        filter_chain_count: usize,
-        /// Whether `default_filter_chain` is set.
-        has_default_filter_chain: bool,
+        /// `filter_chains`, in order.
+        filter_chains: Vec<FilterChain>,
+        /// `default_filter_chain`, when set.
+        default_filter_chain: Option<FilterChain>,
     },
+}
+
+pub use crate::security::DownstreamTls;
+
+/// One filter chain of a server listener, as far as the core reads it so far: its name
+/// and its security (A29). Matching (`filter_chain_match`) and its filters are A36's,
+/// for the xDS server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterChain {
+    /// `name` (may be empty).
+    pub name: String,
+    /// The `DownstreamTlsContext` of its `transport_socket`; `None` when it has none:
+    /// the server's fallback credentials apply to its connections (A29).
+    pub tls: Option<DownstreamTls>,
 }
 
 /// A validated `HttpConnectionManager` from a client listener.
@@ -188,15 +207,28 @@ pub struct HttpFilter {
     pub is_optional: bool,
 }
 
-/// Decodes and validates one serialized `Listener`.
+/// Decodes and validates one serialized `Listener` without a bootstrap: certificate
+/// provider instance names are not checked (see [`DecodeContext::default`]).
 pub fn decode(bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
+    decode_in(&DecodeContext::default(), bytes)
+}
+
+/// Decodes and validates one serialized `Listener` for a client with this context.
+pub fn decode_in(
+    context: &DecodeContext<'_>,
+    bytes: &[u8],
+) -> Result<(String, ListenerResource), DecodeError> {
     let listener: listener_pb::Listener = decode_resource(bytes, "Listener")?;
-    let kind = parse_listener(&listener).map_err(|e| e.into_decode_error(&listener.name))?;
+    let kind =
+        parse_listener(context, &listener).map_err(|e| e.into_decode_error(&listener.name))?;
     let name = listener.name;
     Ok((name.clone(), ListenerResource { name, kind }))
 }
 
-fn parse_listener(listener: &listener_pb::Listener) -> Result<ListenerKind, FieldError> {
+fn parse_listener(
+    context: &DecodeContext<'_>,
+    listener: &listener_pb::Listener,
+) -> Result<ListenerKind, FieldError> {
     if let Some(api_listener) = &listener.api_listener {
         let any = required(
             api_listener.api_listener.as_ref(),
@@ -208,17 +240,50 @@ fn parse_listener(listener: &listener_pb::Listener) -> Result<ListenerKind, Fiel
     }
     if let Some(address) = &listener.address {
         let (address, port) = parse_server_address(address).map_err(|e| e.at("address"))?;
+        let filter_chains = listener
+            .filter_chains
+            .iter()
+            .enumerate()
+            .map(|(i, fc)| {
+                parse_filter_chain(context, fc).map_err(|e| e.at_index("filter_chains", i))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let default_filter_chain = optional(
+            listener.default_filter_chain.as_ref(),
+            "default_filter_chain",
+            |fc| parse_filter_chain(context, fc),
+        )?;
         return Ok(ListenerKind::Server {
             address,
             port,
-            filter_chain_count: listener.filter_chains.len(),
-            has_default_filter_chain: listener.default_filter_chain.is_some(),
+            filter_chains,
+            default_filter_chain,
         });
     }
     Err(FieldError::new(
         "",
         "neither api_listener (client listener) nor address (server listener) is set",
     ))
+}
+
+/// A server filter chain's name and security. Paths are relative to the chain.
+fn parse_filter_chain(
+    context: &DecodeContext<'_>,
+    fc: &listener_pb::FilterChain,
+) -> Result<FilterChain, FieldError> {
+    use core_pb::transport_socket::ConfigType;
+    let tls = optional(fc.transport_socket.as_ref(), "transport_socket", |ts| {
+        let Some(ConfigType::TypedConfig(any)) = &ts.config_type else {
+            return Err(FieldError::missing("typed_config"));
+        };
+        check_socket_type(&any.type_url, &any.value, DOWNSTREAM_TLS_CONTEXT_TYPE)
+            .map_err(|e| e.at("typed_config"))?;
+        parse_downstream(context, &any.value).map_err(|e| e.at("typed_config.value"))
+    })?;
+    Ok(FilterChain {
+        name: fc.name.clone(),
+        tls,
+    })
 }
 
 fn parse_server_address(address: &core_pb::Address) -> Result<(String, u32), FieldError> {

@@ -11,10 +11,14 @@ use std::fmt::{self, Debug};
 use std::sync::Arc;
 
 pub mod cluster;
+mod context;
 pub mod endpoint;
 pub mod listener;
 pub mod route;
+pub(crate) mod tls;
 mod validate;
+
+pub use context::DecodeContext;
 
 pub use cluster::{ClusterResource, ClusterType};
 pub use cluster::{
@@ -24,6 +28,7 @@ pub use cluster::{
 pub use endpoint::EndpointsResource;
 pub use endpoint::{DropOverload, Endpoint, HealthStatus, Locality, LocalityEndpoints, Priority};
 pub use listener::ListenerResource;
+pub use listener::{DownstreamTls, FilterChain};
 pub use listener::{HttpConnectionManager, HttpFilter, ListenerKind, RouteSource};
 pub use route::RouteConfigResource;
 pub use route::{
@@ -131,6 +136,17 @@ pub trait XdsResourceType: 'static {
     /// `google.protobuf.Any` whose type URL is [`TYPE_URL`](Self::TYPE_URL)), returning
     /// its name and value. Must never panic, whatever the bytes.
     fn decode(bytes: &[u8]) -> Result<(String, Self::Value), DecodeError>;
+
+    /// [`decode`](Self::decode) with the client's context (its bootstrap): what the
+    /// client calls. Types whose validation needs the context (CDS and LDS check
+    /// certificate provider names, A29) override it; the default ignores the context.
+    fn decode_in(
+        context: &DecodeContext<'_>,
+        bytes: &[u8],
+    ) -> Result<(String, Self::Value), DecodeError> {
+        let _ = context;
+        Self::decode(bytes)
+    }
 }
 
 /// A resource type seen without its Rust type: its constants and a decoder into the
@@ -147,7 +163,7 @@ pub struct ResourceTypeInfo {
 }
 
 /// A type's decoder with its value type-erased.
-type ErasedDecode = fn(&[u8]) -> Result<(String, ResourceValue), DecodeError>;
+type ErasedDecode = fn(&DecodeContext<'_>, &[u8]) -> Result<(String, ResourceValue), DecodeError>;
 
 impl ResourceTypeInfo {
     /// The entry for `T`.
@@ -156,8 +172,9 @@ impl ResourceTypeInfo {
             type_id: std::any::TypeId::of::<T>(),
             type_url: T::TYPE_URL,
             all_resources_required_in_sotw: T::ALL_RESOURCES_REQUIRED_IN_SOTW,
-            decode: |bytes| {
-                T::decode(bytes).map(|(name, value)| (name, ResourceValue::new::<T>(value)))
+            decode: |context, bytes| {
+                T::decode_in(context, bytes)
+                    .map(|(name, value)| (name, ResourceValue::new::<T>(value)))
             },
         }
     }
@@ -172,9 +189,19 @@ impl ResourceTypeInfo {
         self.all_resources_required_in_sotw
     }
 
-    /// [`XdsResourceType::decode`], with the value type-erased.
+    /// [`XdsResourceType::decode`], with the value type-erased (no bootstrap: see
+    /// [`DecodeContext::default`]).
     pub fn decode(&self, bytes: &[u8]) -> Result<(String, ResourceValue), DecodeError> {
-        (self.decode)(bytes)
+        (self.decode)(&DecodeContext::default(), bytes)
+    }
+
+    /// [`XdsResourceType::decode_in`], with the value type-erased.
+    pub fn decode_in(
+        &self,
+        context: &DecodeContext<'_>,
+        bytes: &[u8],
+    ) -> Result<(String, ResourceValue), DecodeError> {
+        (self.decode)(context, bytes)
     }
 }
 
@@ -289,6 +316,12 @@ impl XdsResourceType for Lds {
     fn decode(bytes: &[u8]) -> Result<(String, ListenerResource), DecodeError> {
         listener::decode(bytes)
     }
+    fn decode_in(
+        context: &DecodeContext<'_>,
+        bytes: &[u8],
+    ) -> Result<(String, ListenerResource), DecodeError> {
+        listener::decode_in(context, bytes)
+    }
 }
 
 impl XdsResourceType for Rds {
@@ -306,6 +339,12 @@ impl XdsResourceType for Cds {
     const ALL_RESOURCES_REQUIRED_IN_SOTW: bool = true;
     fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
         cluster::decode(bytes)
+    }
+    fn decode_in(
+        context: &DecodeContext<'_>,
+        bytes: &[u8],
+    ) -> Result<(String, ClusterResource), DecodeError> {
+        cluster::decode_in(context, bytes)
     }
 }
 

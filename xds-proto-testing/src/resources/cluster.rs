@@ -1,14 +1,18 @@
 //! Cluster builders: EDS clusters (with a circuit breaker that versions them, an
-//! explicit service name, or padding for message-size tests), aggregate and LOGICAL_DNS
-//! clusters, and a cluster that fails validation.
+//! explicit service name, padding for message-size tests, or a TLS context, A29),
+//! aggregate and LOGICAL_DNS clusters, and a cluster that fails validation.
 
 use xds_proto_core::pb::envoy::config::cluster::v3 as cluster;
 use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint;
 use xds_proto_core::pb::envoy::extensions::clusters::aggregate::v3 as aggregate;
+use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use xds_proto_core::pb::google::protobuf::{Any, UInt32Value};
 use xds_proto_core::resource::type_url;
 
-use super::{AGGREGATE_CLUSTER_TYPE_URL, ads_config_source, any, socket_address};
+use super::{
+    AGGREGATE_CLUSTER_TYPE_URL, UPSTREAM_TLS_CONTEXT_TYPE_URL, ads_config_source, any,
+    exact_matcher, provider_instance, socket_address, tls_transport_socket,
+};
 
 /// An EDS cluster fetching its endpoints over ADS, round robin, with a default-priority
 /// circuit breaker of `max_requests` (different values give different versions of one
@@ -136,4 +140,63 @@ pub fn logical_dns_cluster(name: &str, host: &str, port: u32) -> Any {
         ..Default::default()
     };
     any(type_url::CLUSTER, &c)
+}
+
+/// An `UpstreamTlsContext` as gRPC accepts it (A29): the roots from the certificate
+/// provider instance `roots_instance`, the client certificate from `identity_instance`
+/// when given (mTLS; plain TLS otherwise), and one `exact` SAN matcher per entry of
+/// `exact_sans` (none: any SAN is accepted).
+///
+/// gRPC requires of an `UpstreamTlsContext`: a `common_tls_context` whose validation
+/// context (`validation_context`, or `combined_validation_context`'s default) names a
+/// `ca_certificate_provider_instance` (or sets `system_root_certs`); every instance named
+/// must be in the client's bootstrap `certificate_providers`; identity only through
+/// `tls_certificate_provider_instance`; none of `tls_params`, `custom_handshaker`, SDS,
+/// `verify_certificate_spki`/`_hash`, `crl`, `custom_validator_config`, a true
+/// `require_signed_certificate_timestamp`; an `sni` of at most 255 bytes.
+pub fn upstream_tls_context(
+    roots_instance: &str,
+    identity_instance: Option<&str>,
+    exact_sans: &[&str],
+) -> tls::UpstreamTlsContext {
+    #[allow(deprecated)] // match_subject_alt_names: the field gRPC reads
+    let validation = tls::CertificateValidationContext {
+        ca_certificate_provider_instance: Some(provider_instance(roots_instance)),
+        match_subject_alt_names: exact_sans.iter().map(|s| exact_matcher(s)).collect(),
+        ..Default::default()
+    };
+    tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_provider_instance: identity_instance.map(provider_instance),
+            validation_context_type: Some(
+                tls::common_tls_context::ValidationContextType::ValidationContext(validation),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An EDS cluster ([`cluster_msg`], 1024 max requests) whose `transport_socket` carries
+/// `context` (see [`upstream_tls_context`] for what gRPC requires of it).
+pub fn tls_cluster_msg(name: &str, context: &tls::UpstreamTlsContext) -> cluster::Cluster {
+    cluster::Cluster {
+        transport_socket: Some(tls_transport_socket(UPSTREAM_TLS_CONTEXT_TYPE_URL, context)),
+        ..cluster_msg(name, 1024)
+    }
+}
+
+/// [`tls_cluster_msg`] as an `Any`.
+pub fn tls_cluster(name: &str, context: &tls::UpstreamTlsContext) -> Any {
+    any(type_url::CLUSTER, &tls_cluster_msg(name, context))
+}
+
+/// In one line, an EDS cluster with mTLS: identity and roots both from the certificate
+/// provider instance `instance` (a `file_watcher` with a certificate, a key and a CA
+/// file), and the server's SANs checked against `exact_sans`.
+pub fn mtls_cluster(name: &str, instance: &str, exact_sans: &[&str]) -> Any {
+    tls_cluster(
+        name,
+        &upstream_tls_context(instance, Some(instance), exact_sans),
+    )
 }

@@ -1,5 +1,6 @@
 //! Listener builders: client (API) listeners over an HttpConnectionManager with routes
-//! from RDS or inline, a server listener, and a listener that fails validation.
+//! from RDS or inline, server listeners (with TLS, A29), and a listener that fails
+//! validation.
 
 use std::time::Duration;
 
@@ -11,7 +12,13 @@ use xds_proto_core::pb::envoy::extensions::filters::network::http_connection_man
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::type_url;
 
-use super::{HCM_TYPE_URL, ROUTER_TYPE_URL, ads_config_source, any, pb_duration, socket_address};
+use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+
+use super::server_listener::{server_filter_chain, server_routes};
+use super::{
+    DOWNSTREAM_TLS_CONTEXT_TYPE_URL, HCM_TYPE_URL, ROUTER_TYPE_URL, ads_config_source, any,
+    pb_duration, provider_instance, socket_address, tls_transport_socket,
+};
 
 /// The router HTTP filter, named `envoy.filters.http.router`. gRPC requires it as the
 /// last filter of every chain (and nowhere else); each filter needs a non-empty name,
@@ -142,5 +149,77 @@ pub fn invalid_listener(name: &str) -> Any {
             name: name.to_string(),
             ..Default::default()
         },
+    )
+}
+
+/// A `DownstreamTlsContext` as gRPC accepts it (A29): the server's certificate from the
+/// certificate provider instance `identity_instance`; with `client_roots_instance`, the
+/// server asks for client certificates and verifies them against that instance's roots
+/// (mTLS), refusing a client without one when `require_client_certificate`.
+///
+/// gRPC requires of a `DownstreamTlsContext`: a `tls_certificate_provider_instance`;
+/// a validation context, when set, with a `ca_certificate_provider_instance` and no SAN
+/// matchers or system roots; `require_client_certificate` only with a validation
+/// context; every instance named in the server's bootstrap `certificate_providers`; no
+/// `require_sni`, an `ocsp_staple_policy` of `LENIENT_STAPLING`, none of the
+/// `CommonTlsContext` fields gRPC NACKs (see
+/// [`upstream_tls_context`](super::upstream_tls_context)).
+pub fn downstream_tls_context(
+    identity_instance: &str,
+    client_roots_instance: Option<&str>,
+    require_client_certificate: bool,
+) -> tls::DownstreamTlsContext {
+    let validation = client_roots_instance.map(|roots| {
+        tls::common_tls_context::ValidationContextType::ValidationContext(
+            tls::CertificateValidationContext {
+                ca_certificate_provider_instance: Some(provider_instance(roots)),
+                ..Default::default()
+            },
+        )
+    });
+    tls::DownstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_provider_instance: Some(provider_instance(identity_instance)),
+            validation_context_type: validation,
+            ..Default::default()
+        }),
+        require_client_certificate: require_client_certificate
+            .then_some(xds_proto_core::pb::google::protobuf::BoolValue { value: true }),
+        ..Default::default()
+    }
+}
+
+/// A server listener named `name` on `host:port` whose only filter chain is
+/// [`server_filter_chain`] with `context` (TLS when given). For a static LDS (the
+/// server's listener name is its bootstrap's `server_listener_resource_name_template`
+/// with the address).
+pub fn tls_server_listener_msg(
+    name: &str,
+    host: &str,
+    port: u32,
+    context: Option<&tls::DownstreamTlsContext>,
+) -> listener::Listener {
+    let routes =
+        hcm::http_connection_manager::RouteSpecifier::RouteConfig(server_routes("inbound"));
+    listener::Listener {
+        name: name.to_string(),
+        address: Some(socket_address(host, port)),
+        filter_chains: vec![listener::FilterChain {
+            transport_socket: context
+                .map(|c| tls_transport_socket(DOWNSTREAM_TLS_CONTEXT_TYPE_URL, c)),
+            ..server_filter_chain("tls", &hcm_with(routes, None))
+        }],
+        ..Default::default()
+    }
+}
+
+/// In one line, a server listener on `host:port` with mTLS: the server's certificate
+/// and the roots that verify clients both from the provider instance `instance`, a
+/// client certificate required.
+pub fn mtls_server_listener(name: &str, host: &str, port: u32, instance: &str) -> Any {
+    let context = downstream_tls_context(instance, Some(instance), true);
+    any(
+        type_url::LISTENER,
+        &tls_server_listener_msg(name, host, port, Some(&context)),
     )
 }

@@ -3,7 +3,8 @@
 //! endpoint set are both named [`cluster_name`]`(i)`.
 //!
 //! - [`istio_cluster`] is an outbound cluster as istiod sends it (about 700 bytes):
-//!   EDS over ADS with a service name, an mTLS transport socket, circuit breakers,
+//!   EDS over ADS with a service name, an mTLS transport socket (istiod's proxyless
+//!   form: certificate provider instances, a SPIFFE ID SAN), circuit breakers,
 //!   outlier detection, TCP keepalive, a stat name and Istio metadata — the fixture of
 //!   the core's `ads` benchmark. [`istio_cluster_lean`] is the same cluster without
 //!   outlier detection, keepalive, stat name and the `config` metadata, the one the
@@ -15,7 +16,9 @@
 //!   virtual host per service, so it references every cluster.
 //!
 //! All of it is valid for gRPC: the requirements are those of the
-//! [builders](super) it is made of.
+//! [builders](super) it is made of. The clusters' TLS names the certificate provider
+//! instance [`CERTIFICATE_PROVIDER`], which a client's bootstrap must define
+//! ([`certificate_providers_json`]).
 
 use std::collections::HashMap;
 
@@ -31,8 +34,8 @@ use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
 use xds_proto_core::resource::type_url;
 
 use super::{
-    Host, Locality, UPSTREAM_TLS_CONTEXT_TYPE_URL, ads_config_source, any, cluster_action,
-    cluster_msg, forward, hcm_with, listener_of, load_assignment, prefix, route_config_of, vhost,
+    Host, Locality, UPSTREAM_TLS_CONTEXT_TYPE_URL, any, cluster_action, cluster_msg, forward,
+    hcm_with, listener_of, load_assignment, prefix, route_config_of, vhost,
 };
 
 /// The name of the mesh's one listener.
@@ -93,16 +96,54 @@ fn istio_metadata(i: usize) -> HashMap<String, pbuf::Value> {
     .collect()
 }
 
-/// The mTLS transport socket of service `i`: an `UpstreamTlsContext` with Istio's ALPN,
-/// an SDS certificate over ADS and the service's SNI.
+/// The certificate provider instance the mesh's clusters name (istiod's proxyless
+/// clusters name `default`): a client decoding them with its bootstrap needs it in
+/// `certificate_providers` ([`certificate_providers_json`]).
+pub const CERTIFICATE_PROVIDER: &str = "default";
+
+/// The bootstrap's `certificate_providers` object (JSON text) that the mesh's clusters
+/// need: [`CERTIFICATE_PROVIDER`] as a `file_watcher` with the paths of Istio's
+/// proxyless agent.
+pub fn certificate_providers_json() -> String {
+    let dir = "/var/run/secrets/workload-spiffe-credentials";
+    let entry = super::file_watcher_provider_json(
+        Some(&format!("{dir}/certificates.pem")),
+        Some(&format!("{dir}/private_key.pem")),
+        Some(&format!("{dir}/ca_certificates.pem")),
+        std::time::Duration::from_secs(900),
+    );
+    format!(r#"{{"{CERTIFICATE_PROVIDER}": {entry}}}"#)
+}
+
+/// The mTLS transport socket of service `i` as istiod sends it to proxyless gRPC: an
+/// `UpstreamTlsContext` with Istio's ALPN, identity and roots from the provider instance
+/// `default` through the deprecated `CertificateProviderInstance` fields gRPC still
+/// reads, the service account's SPIFFE ID as the one SAN accepted, and the service's SNI.
+#[allow(deprecated)] // the fields istiod sends
 fn mtls_transport_socket(i: usize) -> core::TransportSocket {
+    use tls::common_tls_context::{
+        CertificateProviderInstance, CombinedCertificateValidationContext, ValidationContextType,
+    };
+    let instance = |certificate_name: &str| CertificateProviderInstance {
+        instance_name: CERTIFICATE_PROVIDER.into(),
+        certificate_name: certificate_name.into(),
+    };
+    let spiffe_id = format!("spiffe://cluster.local/ns/ns-{}/sa/default", i % 50);
+    let validation = CombinedCertificateValidationContext {
+        default_validation_context: Some(tls::CertificateValidationContext {
+            match_subject_alt_names: vec![super::exact_matcher(&spiffe_id)],
+            ..Default::default()
+        }),
+        validation_context_certificate_provider_instance: Some(instance("ROOTCA")),
+        ..Default::default()
+    };
     let upstream_tls = tls::UpstreamTlsContext {
         common_tls_context: Some(tls::CommonTlsContext {
             alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
-            tls_certificate_sds_secret_configs: vec![tls::SdsSecretConfig {
-                name: "default".into(),
-                sds_config: Some(ads_config_source()),
-            }],
+            tls_certificate_certificate_provider_instance: Some(instance("default")),
+            validation_context_type: Some(ValidationContextType::CombinedValidationContext(
+                validation,
+            )),
             ..Default::default()
         }),
         sni: format!("outbound_.8080_._.{}", host_name(i)),

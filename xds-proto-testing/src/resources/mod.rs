@@ -19,15 +19,22 @@
 //!   one endpoint, host and port) or aggregate (a non-empty child list);
 //! - a ClusterLoadAssignment's localities count only with a non-zero weight, need a
 //!   `locality`, and their priorities must be contiguous from 0; every endpoint needs a
-//!   socket address with an IP literal and a `port_value` up to 65535.
+//!   socket address with an IP literal and a `port_value` up to 65535;
+//! - a TLS transport socket (A29) takes its certificates from certificate provider
+//!   instances the client's bootstrap defines: a cluster's `UpstreamTlsContext` needs
+//!   roots, a server filter chain's `DownstreamTlsContext` needs an identity (see
+//!   [`upstream_tls_context`] and [`downstream_tls_context`]).
 
 use prost::Message;
+use xds_proto_core::bootstrap::{CertificateProviderConfig, FileWatcherConfig};
 use xds_proto_core::pb::envoy::config::cluster::v3 as cluster_pb;
 use xds_proto_core::pb::envoy::config::core::v3 as core;
 use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint_pb;
 use xds_proto_core::pb::envoy::config::listener::v3 as listener_pb;
 use xds_proto_core::pb::envoy::config::route::v3 as route_pb;
+use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use xds_proto_core::pb::envoy::service::discovery::v3::{Resource, ResourceError, ResourceName};
+use xds_proto_core::pb::envoy::r#type::matcher::v3 as matcher;
 use xds_proto_core::pb::google::protobuf::{self as pbuf, Any};
 use xds_proto_core::resource::type_url;
 
@@ -50,9 +57,12 @@ pub use xds_proto_core::resource::listener::{
 /// The type URL of an aggregate cluster's config (A37).
 pub const AGGREGATE_CLUSTER_TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig";
-/// The type URL of the TLS transport socket's config.
+/// The type URL of a cluster's TLS transport socket config.
 pub const UPSTREAM_TLS_CONTEXT_TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+/// The type URL of a server filter chain's TLS transport socket config.
+pub const DOWNSTREAM_TLS_CONTEXT_TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
 
 /// Packs a message into an `Any` with the given type URL.
 pub fn any(type_url: &str, message: &impl Message) -> Any {
@@ -84,6 +94,69 @@ pub fn socket_address(host: &str, port: u32) -> core::Address {
             ..Default::default()
         })),
     }
+}
+
+/// A `transport_socket` named `envoy.transport_sockets.tls` carrying `context` (an
+/// `UpstreamTlsContext` or a `DownstreamTlsContext`, with its type URL).
+pub fn tls_transport_socket(type_url: &str, context: &impl Message) -> core::TransportSocket {
+    core::TransportSocket {
+        name: "envoy.transport_sockets.tls".to_string(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(
+            type_url, context,
+        ))),
+    }
+}
+
+/// A `CertificateProviderPluginInstance` naming the bootstrap instance `instance` (the
+/// certificate name is left empty: `file_watcher` ignores it).
+pub fn provider_instance(instance: &str) -> tls::CertificateProviderPluginInstance {
+    tls::CertificateProviderPluginInstance {
+        instance_name: instance.to_string(),
+        certificate_name: String::new(),
+    }
+}
+
+/// An `exact` string matcher, case-sensitive (for a DNS SAN, A29 compares by DNS rules:
+/// case-insensitive, wildcards in the certificate).
+pub fn exact_matcher(value: &str) -> matcher::StringMatcher {
+    matcher::StringMatcher {
+        match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(
+            value.to_string(),
+        )),
+        ignore_case: false,
+    }
+}
+
+/// A bootstrap `certificate_providers` entry, as JSON text, for a `file_watcher`
+/// instance with these files, reread every `refresh_interval`. gRPC needs a certificate
+/// and its key together, and at least one of them or a CA file.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use xds_proto_testing::resources::file_watcher_provider_json;
+/// let entry = file_watcher_provider_json(Some("/c.pem"), Some("/k.pem"), Some("/ca.pem"),
+///     Duration::from_secs(5));
+/// let bootstrap = format!(r#"{{"xds_servers": [{{"server_uri": "localhost:1",
+///     "channel_creds": [{{"type": "insecure"}}]}}],
+///     "certificate_providers": {{"mesh": {entry}}}}}"#);
+/// assert!(xds_proto_core::Bootstrap::from_json_str(&bootstrap).is_ok());
+/// ```
+pub fn file_watcher_provider_json(
+    certificate_file: Option<&str>,
+    private_key_file: Option<&str>,
+    ca_certificate_file: Option<&str>,
+    refresh_interval: std::time::Duration,
+) -> String {
+    let config = FileWatcherConfig {
+        certificate_file: certificate_file.map(str::to_string),
+        private_key_file: private_key_file.map(str::to_string),
+        ca_certificate_file: ca_certificate_file.map(str::to_string),
+        spiffe_trust_bundle_map_file: None,
+        refresh_interval,
+    };
+    CertificateProviderConfig::FileWatcher(config)
+        .to_json()
+        .to_string()
 }
 
 /// A `google.protobuf.Duration` (gRPC rejects negative and out-of-range ones).

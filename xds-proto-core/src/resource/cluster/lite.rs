@@ -1,6 +1,7 @@
 //! Decode-only views of the CDS messages: only the fields the validation reads, by their
 //! real field numbers and wire types. prost skips every other field on the wire without
-//! building it (metadata, `connect_timeout`, health checks, the TLS common context, ...).
+//! building it (metadata, `connect_timeout`, health checks, ...). The TLS context inside
+//! the transport socket has its own views, in `resource/tls/lite.rs`.
 //! Oneofs keep all their members, so that "the last member wins" behaves as in the full
 //! messages; members never read decode into `Skipped`. Fields that are rare and read in
 //! full (the aggregate and LOGICAL_DNS configs, `load_balancing_policy`, `lrs_server`)
@@ -45,6 +46,9 @@ pub struct Cluster {
     pub load_balancing_policy: Option<cluster_pb::LoadBalancingPolicy>,
     #[prost(message, optional, tag = "42")]
     pub lrs_server: Option<core_pb::ConfigSource>,
+    /// `transport_socket_matches`: only whether there are any (they are NACKed).
+    #[prost(message, repeated, tag = "43")]
+    pub transport_socket_matches: Vec<Skipped>,
 }
 
 /// Oneofs of [`Cluster`].
@@ -173,11 +177,4 @@ pub struct Any {
     pub type_url: String,
     #[prost(bytes = "vec", tag = "2")]
     pub value: Vec<u8>,
-}
-
-/// `envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct UpstreamTlsContext {
-    #[prost(string, tag = "2")]
-    pub sni: String,
 }

@@ -86,6 +86,48 @@ fn lb_of(c: &cluster_pb::Cluster) -> LbPolicy {
     decode_cluster(c).expect("valid").lb_policy
 }
 
+/// The smallest valid `UpstreamTlsContext` (roots from the provider instance "roots";
+/// A29 refuses a client without roots), with this SNI.
+fn minimal_tls(sni: &str) -> tls_pb::UpstreamTlsContext {
+    tls_pb::UpstreamTlsContext {
+        common_tls_context: Some(tls_pb::CommonTlsContext {
+            validation_context_type: Some(
+                tls_pb::common_tls_context::ValidationContextType::ValidationContext(
+                    tls_pb::CertificateValidationContext {
+                        ca_certificate_provider_instance: Some(
+                            tls_pb::CertificateProviderPluginInstance {
+                                instance_name: "roots".to_owned(),
+                                certificate_name: String::new(),
+                            },
+                        ),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ..Default::default()
+        }),
+        sni: sni.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// What [`minimal_tls`] decodes to.
+fn minimal_tls_decoded(sni: &str) -> UpstreamTls {
+    UpstreamTls {
+        identity: None,
+        roots: crate::security::RootCertificates::Provider(
+            crate::security::CertificateProviderInstance {
+                instance_name: "roots".to_owned(),
+                certificate_name: String::new(),
+            },
+        ),
+        match_subject_alt_names: Vec::new(),
+        sni: (!sni.is_empty()).then(|| sni.to_owned()),
+        auto_host_sni: false,
+        auto_sni_san_validation: false,
+    }
+}
+
 #[test]
 fn eds_cluster_defaults() {
     assert_eq!(
@@ -786,21 +828,13 @@ fn lrs_circuit_breakers_and_tls() {
         name: "envoy.transport_sockets.tls".to_owned(),
         config_type: Some(core_pb::transport_socket::ConfigType::TypedConfig(any(
             UPSTREAM_TLS_CONTEXT_TYPE,
-            &tls_pb::UpstreamTlsContext {
-                sni: "backend.example.com".to_owned(),
-                ..Default::default()
-            },
+            &minimal_tls("backend.example.com"),
         ))),
     });
     let out = decode_cluster(&c).unwrap();
     assert!(out.lrs_server);
     assert_eq!(out.max_requests, 77);
-    assert_eq!(
-        out.tls,
-        Some(UpstreamTls {
-            sni: "backend.example.com".to_owned()
-        })
-    );
+    assert_eq!(out.tls, Some(minimal_tls_decoded("backend.example.com")));
     // A DEFAULT threshold without max_requests keeps the default.
     c.circuit_breakers = Some(cluster_pb::CircuitBreakers {
         thresholds: vec![Thresholds::default()],
@@ -877,7 +911,7 @@ fn istio_like_cluster() {
             &tls_pb::UpstreamTlsContext {
                 common_tls_context: Some(tls_pb::CommonTlsContext {
                     alpn_protocols: vec!["istio".to_owned()],
-                    ..Default::default()
+                    ..minimal_tls("").common_tls_context.unwrap()
                 }),
                 sni: "outbound_.8080_._.svc-1".to_owned(),
                 ..Default::default()
@@ -894,9 +928,7 @@ fn istio_like_cluster() {
             lb_policy: LbPolicy::RoundRobin,
             lrs_server: false,
             max_requests: 2048,
-            tls: Some(UpstreamTls {
-                sni: "outbound_.8080_._.svc-1".to_owned()
-            }),
+            tls: Some(minimal_tls_decoded("outbound_.8080_._.svc-1")),
             outlier_detection: None,
         }
     );
@@ -904,10 +936,7 @@ fn istio_like_cluster() {
 
 #[test]
 fn transport_socket_type_urls() {
-    let tls = tls_pb::UpstreamTlsContext {
-        sni: "s".to_owned(),
-        ..Default::default()
-    };
+    let tls = minimal_tls("s");
     let with = |type_url: String, value: bytes::Bytes| cluster_pb::Cluster {
         transport_socket: Some(core_pb::TransportSocket {
             name: "tls".to_owned(),
@@ -924,9 +953,7 @@ fn transport_socket_type_urls() {
     );
     assert_eq!(
         decode_cluster(&c).unwrap().tls,
-        Some(UpstreamTls {
-            sni: "s".to_owned()
-        })
+        Some(minimal_tls_decoded("s"))
     );
     let c = with(
         UPSTREAM_TLS_CONTEXT_TYPE.to_owned(),

@@ -535,8 +535,14 @@ fn server_listener() {
         ListenerKind::Server {
             address: "0.0.0.0".to_owned(),
             port: 8080,
-            filter_chain_count: 2,
-            has_default_filter_chain: false,
+            filter_chains: vec![
+                FilterChain {
+                    name: String::new(),
+                    tls: None
+                };
+                2
+            ],
+            default_filter_chain: None,
         }
     );
     assert_eq!(

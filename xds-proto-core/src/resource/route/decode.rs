@@ -333,7 +333,9 @@ fn parse_header_matcher(h: &route_pb::HeaderMatcher) -> Result<HeaderMatcher, Fi
 }
 
 /// Validates an `envoy.type.matcher.v3.StringMatcher`.
-fn parse_string_matcher(sm: &matcher_pb::StringMatcher) -> Result<StringMatcher, FieldError> {
+pub(in crate::resource) fn parse_string_matcher(
+    sm: &matcher_pb::StringMatcher,
+) -> Result<StringMatcher, FieldError> {
     use matcher_pb::string_matcher::MatchPattern;
     let ignore_case = sm.ignore_case;
     Ok(match &sm.match_pattern {

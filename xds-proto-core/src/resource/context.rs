@@ -1,0 +1,47 @@
+//! What a decoder may consult beyond a resource's bytes: [`DecodeContext`]. Today that
+//! is the client's bootstrap, whose `certificate_providers` every security config of a
+//! cluster or a server listener must name (A29); C-core's decoders take the same from
+//! their `DecodeContext`, gRPC-Go's from their `DecodeOptions`.
+
+use crate::bootstrap::Bootstrap;
+
+/// The context of one decode. The client decodes every response with its bootstrap;
+/// tools and tests that decode a resource on its own may pass
+/// [`DecodeContext::default`], which knows no bootstrap and so cannot check provider
+/// instance names (everything else is validated the same).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DecodeContext<'a> {
+    bootstrap: Option<&'a Bootstrap>,
+}
+
+impl<'a> DecodeContext<'a> {
+    /// The context of a client with this bootstrap.
+    pub fn new(bootstrap: &'a Bootstrap) -> DecodeContext<'a> {
+        DecodeContext {
+            bootstrap: Some(bootstrap),
+        }
+    }
+
+    /// The bootstrap, when decoding for a client.
+    pub fn bootstrap(&self) -> Option<&'a Bootstrap> {
+        self.bootstrap
+    }
+
+    /// Checks a certificate provider instance name from a resource: it must be
+    /// non-empty and, when the bootstrap is known, one of its `certificate_providers`.
+    ///
+    /// # Errors
+    /// Why the name is refused, for a NACK.
+    pub(crate) fn check_certificate_provider(&self, instance_name: &str) -> Result<(), String> {
+        if instance_name.is_empty() {
+            return Err("must be non-empty".into());
+        }
+        match self.bootstrap {
+            Some(b) if !b.certificate_providers.contains_key(instance_name) => Err(format!(
+                "unrecognized certificate provider instance name {instance_name:?} (the \
+                 bootstrap's certificate_providers has no such instance)"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
