@@ -1,5 +1,6 @@
 //! What the CLI shows of a resource: the four resource types as one [`Resource`], a
-//! watch's updates as [`Update`]s, and each resource as a readable summary or as JSON.
+//! watch's updates as [`Update`]s, and each resource as a readable summary or as JSON,
+//! security configs (A29) included.
 
 use std::sync::Arc;
 
@@ -15,6 +16,10 @@ use xds_adapter_tokio::xds_proto_core::resource::route::{
 };
 use xds_adapter_tokio::xds_proto_core::resource::{ClusterResource, ClusterType, type_url};
 use xds_adapter_tokio::xds_proto_core::resource::{ResourceTypeInfo, ResourceValue};
+use xds_adapter_tokio::xds_proto_core::security::san::describe_matcher;
+use xds_adapter_tokio::xds_proto_core::security::{
+    CertificateProviderInstance, DownstreamTls, RootCertificates, UpstreamTls,
+};
 use xds_adapter_tokio::xds_proto_core::{WatchEvent, XdsError};
 use xds_adapter_tokio::{Cds, Eds, Lds, RawWatchStream, Rds};
 
@@ -189,10 +194,14 @@ pub(crate) fn summary(name: &str, r: &Resource) -> String {
                 }
                 other => format!("{other:?}"),
             };
-            format!(
+            let mut out = format!(
                 "CDS {name}: {ty}, lb {:?}, max_requests {}",
                 c.lb_policy, c.max_requests
-            )
+            );
+            if let Some(tls) = &c.tls {
+                out.push_str(&format!("\n{INDENT}{}", upstream_tls_summary(tls)));
+            }
+            out
         }
         Resource::Endpoints(e) => endpoints_summary(name, e),
     }
@@ -217,15 +226,109 @@ fn listener_summary(name: &str, kind: &ListenerKind) -> String {
         ListenerKind::Server {
             address,
             port,
-            filter_chain_count,
-            ..
+            filter_chains,
+            default_filter_chain,
         } => {
-            format!(
-                "LDS {name}: server listener on {address}:{port}, {filter_chain_count} filter chains"
-            )
+            let mut out = format!(
+                "LDS {name}: server listener on {address}:{port}, {} filter chains",
+                filter_chains.len()
+            );
+            for fc in filter_chains.iter().chain(default_filter_chain) {
+                let tls = fc.tls.as_ref().map_or_else(
+                    || "plaintext (fallback credentials)".into(),
+                    downstream_tls_summary,
+                );
+                out.push_str(&format!("\n{INDENT}chain {:?}: {tls}", fc.name));
+            }
+            out
         }
         other => format!("{other:?}"),
     }
+}
+
+fn instance(p: &CertificateProviderInstance) -> String {
+    if p.certificate_name.is_empty() {
+        format!("{:?}", p.instance_name)
+    } else {
+        format!("{:?}/{:?}", p.instance_name, p.certificate_name)
+    }
+}
+
+fn roots(r: &RootCertificates) -> String {
+    match r {
+        RootCertificates::Provider(p) => instance(p),
+        RootCertificates::System => "system roots".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A cluster's security in one line: `mTLS identity "mesh", roots "mesh", SANs [...]`.
+pub(crate) fn upstream_tls_summary(tls: &UpstreamTls) -> String {
+    let mut out = match &tls.identity {
+        Some(identity) => format!(
+            "mTLS identity {}, roots {}",
+            instance(identity),
+            roots(&tls.roots)
+        ),
+        None => format!("TLS roots {}", roots(&tls.roots)),
+    };
+    if !tls.match_subject_alt_names.is_empty() {
+        let sans: Vec<String> = tls
+            .match_subject_alt_names
+            .iter()
+            .map(describe_matcher)
+            .collect();
+        out.push_str(&format!(", SANs [{}]", sans.join(", ")));
+    }
+    if let Some(sni) = &tls.sni {
+        out.push_str(&format!(", sni {sni:?}"));
+    }
+    if tls.auto_host_sni {
+        out.push_str(", auto_host_sni");
+    }
+    if tls.auto_sni_san_validation {
+        out.push_str(", auto_sni_san_validation");
+    }
+    out
+}
+
+fn downstream_tls_summary(tls: &DownstreamTls) -> String {
+    match (&tls.client_roots, tls.require_client_certificate) {
+        (None, _) => format!("TLS identity {}", instance(&tls.identity)),
+        (Some(r), required) => format!(
+            "mTLS identity {}, client roots {}, client certificate {}",
+            instance(&tls.identity),
+            instance(r),
+            if required { "required" } else { "optional" }
+        ),
+    }
+}
+
+fn instance_json(p: &CertificateProviderInstance) -> Value {
+    json!({"instance_name": p.instance_name, "certificate_name": p.certificate_name})
+}
+
+pub(crate) fn upstream_tls_json(tls: &UpstreamTls) -> Value {
+    json!({
+        "identity": tls.identity.as_ref().map(instance_json),
+        "roots": match &tls.roots {
+            RootCertificates::Provider(p) => instance_json(p),
+            RootCertificates::System => json!("system_root_certs"),
+            other => json!(format!("{other:?}")),
+        },
+        "match_subject_alt_names": tls.match_subject_alt_names.iter().map(describe_matcher).collect::<Vec<_>>(),
+        "sni": tls.sni,
+        "auto_host_sni": tls.auto_host_sni,
+        "auto_sni_san_validation": tls.auto_sni_san_validation,
+    })
+}
+
+fn downstream_tls_json(tls: &DownstreamTls) -> Value {
+    json!({
+        "identity": instance_json(&tls.identity),
+        "client_roots": tls.client_roots.as_ref().map(instance_json),
+        "require_client_certificate": tls.require_client_certificate,
+    })
 }
 
 fn endpoints_summary(name: &str, e: &EndpointsResource) -> String {
@@ -288,12 +391,16 @@ pub(crate) fn to_json(r: &Resource) -> Value {
                 ListenerKind::Server {
                     address,
                     port,
-                    filter_chain_count,
-                    has_default_filter_chain,
-                } => json!({
-                    "server": {"address": address, "port": port, "filter_chain_count": filter_chain_count,
-                               "has_default_filter_chain": has_default_filter_chain}
-                }),
+                    filter_chains,
+                    default_filter_chain,
+                } => {
+                    let chain = |fc: &xds_adapter_tokio::xds_proto_core::resource::FilterChain| json!({"name": fc.name, "tls": fc.tls.as_ref().map(downstream_tls_json)});
+                    json!({
+                        "server": {"address": address, "port": port,
+                                   "filter_chains": filter_chains.iter().map(chain).collect::<Vec<_>>(),
+                                   "default_filter_chain": default_filter_chain.as_ref().map(chain)}
+                    })
+                }
                 other => json!(format!("{other:?}")),
             };
             json!({"name": l.name, "kind": kind})
@@ -310,7 +417,7 @@ pub(crate) fn to_json(r: &Resource) -> Value {
             "lb_policy": format!("{:?}", c.lb_policy),
             "lrs_server": c.lrs_server,
             "max_requests": c.max_requests,
-            "tls": c.tls.as_ref().map(|t| json!({"sni": t.sni})),
+            "tls": c.tls.as_ref().map(upstream_tls_json),
         }),
         Resource::Endpoints(e) => json!({
             "cluster_name": e.cluster_name,
@@ -366,4 +473,94 @@ pub(crate) fn routes_json(rc: &RouteConfigResource) -> Value {
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xds_adapter_tokio::xds_proto_core::resource::LbPolicy;
+    use xds_adapter_tokio::xds_proto_core::resource::listener::FilterChain;
+    use xds_adapter_tokio::xds_proto_core::resource::route::StringMatcher;
+
+    fn provider(name: &str) -> CertificateProviderInstance {
+        CertificateProviderInstance {
+            instance_name: name.into(),
+            certificate_name: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_cluster_shows_its_security_config() {
+        let tls = UpstreamTls {
+            identity: Some(provider("mesh")),
+            roots: RootCertificates::Provider(CertificateProviderInstance {
+                instance_name: "mesh".into(),
+                certificate_name: "ROOTCA".into(),
+            }),
+            match_subject_alt_names: vec![StringMatcher::Exact {
+                value: "spiffe://td/server".into(),
+                ignore_case: false,
+            }],
+            sni: Some("server.example".into()),
+            auto_host_sni: false,
+            auto_sni_san_validation: true,
+        };
+        let cluster = ClusterResource {
+            name: "c".into(),
+            cluster_type: ClusterType::Eds { service_name: None },
+            lb_policy: LbPolicy::RoundRobin,
+            lrs_server: false,
+            max_requests: 1024,
+            tls: Some(tls),
+            outlier_detection: None,
+        };
+        let r = Resource::Cluster(Arc::new(cluster));
+        assert_eq!(
+            summary("c", &r),
+            format!(
+                "CDS c: EDS, lb RoundRobin, max_requests 1024\n{INDENT}mTLS identity \"mesh\", \
+                 roots \"mesh\"/\"ROOTCA\", SANs [exact \"spiffe://td/server\"], sni \
+                 \"server.example\", auto_sni_san_validation"
+            )
+        );
+        assert_eq!(
+            to_json(&r)["tls"],
+            json!({
+                "identity": {"instance_name": "mesh", "certificate_name": ""},
+                "roots": {"instance_name": "mesh", "certificate_name": "ROOTCA"},
+                "match_subject_alt_names": ["exact \"spiffe://td/server\""],
+                "sni": "server.example",
+                "auto_host_sni": false,
+                "auto_sni_san_validation": true,
+            })
+        );
+    }
+
+    #[test]
+    fn a_server_listener_shows_each_chains_security() {
+        let kind = ListenerKind::Server {
+            address: "0.0.0.0".into(),
+            port: 8443,
+            filter_chains: vec![FilterChain {
+                name: "mtls".into(),
+                tls: Some(DownstreamTls {
+                    identity: provider("mesh"),
+                    client_roots: Some(provider("mesh")),
+                    require_client_certificate: true,
+                }),
+            }],
+            default_filter_chain: Some(FilterChain {
+                name: "plain".into(),
+                tls: None,
+            }),
+        };
+        assert_eq!(
+            listener_summary("l", &kind),
+            format!(
+                "LDS l: server listener on 0.0.0.0:8443, 1 filter chains\n{INDENT}chain \
+                 \"mtls\": mTLS identity \"mesh\", client roots \"mesh\", client certificate \
+                 required\n{INDENT}chain \"plain\": plaintext (fallback credentials)"
+            )
+        );
+    }
 }
