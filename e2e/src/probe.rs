@@ -1,7 +1,8 @@
 //! The raw ADS probe, the floor the client is measured against: one tonic stream that
 //! subscribes to every name at once (the listener, the route configuration, all
 //! clusters, all endpoint sets), ACKs each response, and counts the resources and
-//! bytes it receives, decoding no resource, until every one is in.
+//! bytes it receives, decoding no resource, until every one is in. It speaks state of
+//! the world or delta ADS ([`Api`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,21 +13,27 @@ use http::uri::PathAndQuery;
 use prost::Message;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::config::core::v3::Node;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::service::discovery::v3::{
-    DiscoveryRequest, DiscoveryResponse,
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 
-use crate::{Run, Workload};
+use crate::{Api, Run, Workload};
 
 const ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+const DELTA_ADS_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// One probe run against the server at `port`.
-pub async fn run(port: u16, workload: &Workload) -> Run {
-    // Timed from before the connection, as the client is (its first watch connects).
-    // The CPU time is read first: reading it allocates, which may make the allocator
-    // tidy up after the previous run, and that is no part of this one.
-    let cpu = crate::process_cpu();
-    let start = Instant::now();
+pub async fn run(port: u16, workload: &Workload, api: Api) -> Run {
+    match api {
+        Api::Sotw => run_sotw(port, workload).await,
+        Api::Delta => run_delta(port, workload).await,
+    }
+}
+
+/// A tonic client on a fresh connection to the server at `port`, with no message size
+/// limit.
+async fn connect(port: u16) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("a valid URI")
         .connect()
@@ -35,13 +42,29 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
     let mut grpc = tonic::client::Grpc::new(channel)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
+    grpc.ready().await.expect("the channel is ready");
+    grpc
+}
+
+fn probe_node() -> Node {
+    Node {
+        id: "e2e-probe".to_string(),
+        ..Default::default()
+    }
+}
+
+/// State of the world: each type's newest response holds all its subscribed resources.
+async fn run_sotw(port: u16, workload: &Workload) -> Run {
+    // Timed from before the connection, as the client is (its first watch connects).
+    // The CPU time is read first: reading it allocates, which may make the allocator
+    // tidy up after the previous run, and that is no part of this one.
+    let cpu = crate::process_cpu();
+    let start = Instant::now();
+    let mut grpc = connect(port).await;
     let subscriptions = workload.subscriptions();
     let (requests, outbound) = mpsc::unbounded::<DiscoveryRequest>();
     for (i, (type_url, names)) in subscriptions.iter().enumerate() {
-        let node = (i == 0).then(|| Node {
-            id: "e2e-probe".to_string(),
-            ..Default::default()
-        });
+        let node = (i == 0).then(probe_node);
         let _ = requests.unbounded_send(DiscoveryRequest {
             node,
             type_url: type_url.to_string(),
@@ -49,7 +72,6 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
             ..Default::default()
         });
     }
-    grpc.ready().await.expect("the channel is ready");
     let codec = tonic_prost::ProstCodec::<DiscoveryRequest, DiscoveryResponse>::default();
     let mut inbound = grpc
         .streaming(
@@ -92,6 +114,62 @@ pub async fn run(port: u16, workload: &Workload) -> Run {
             ..Default::default()
         });
     }
+    finish(start, cpu, timeline, responses, bytes).await
+}
+
+/// Delta: every resource arrives once; the probe counts them per type.
+async fn run_delta(port: u16, workload: &Workload) -> Run {
+    let cpu = crate::process_cpu();
+    let start = Instant::now();
+    let mut grpc = connect(port).await;
+    let (requests, outbound) = mpsc::unbounded::<DeltaDiscoveryRequest>();
+    for (i, (type_url, names)) in workload.subscriptions().into_iter().enumerate() {
+        let _ = requests.unbounded_send(DeltaDiscoveryRequest {
+            node: (i == 0).then(probe_node),
+            type_url: type_url.to_string(),
+            resource_names_subscribe: names,
+            ..Default::default()
+        });
+    }
+    let codec = tonic_prost::ProstCodec::<DeltaDiscoveryRequest, DeltaDiscoveryResponse>::default();
+    let mut inbound = grpc
+        .streaming(
+            tonic::Request::new(outbound),
+            PathAndQuery::from_static(DELTA_ADS_PATH),
+            codec,
+        )
+        .await
+        .expect("the delta ADS stream starts")
+        .into_inner();
+    let (mut received, mut responses, mut bytes) = (0, 0, 0);
+    let mut timeline = Vec::new();
+    while received < workload.resource_count() {
+        let response = match inbound.next().await {
+            Some(Ok(response)) => response,
+            Some(Err(status)) => panic!("the probe's delta stream failed: {status}"),
+            None => panic!("the probe's delta stream ended"),
+        };
+        responses += 1;
+        bytes += response.encoded_len();
+        timeline.push((start.elapsed(), response.encoded_len()));
+        received += response.resources.len();
+        let _ = requests.unbounded_send(DeltaDiscoveryRequest {
+            type_url: response.type_url,
+            response_nonce: response.nonce,
+            ..Default::default()
+        });
+    }
+    finish(start, cpu, timeline, responses, bytes).await
+}
+
+/// The run's figures, once every resource is in; prints the timeline if asked.
+async fn finish(
+    start: Instant,
+    cpu: Duration,
+    timeline: Vec<(Duration, usize)>,
+    responses: usize,
+    bytes: usize,
+) -> Run {
     let elapsed = start.elapsed();
     let cpu = crate::process_cpu() - cpu;
     if std::env::var_os("XDS_E2E_PHASES").is_some() {

@@ -29,12 +29,16 @@ const ORDER: [&str; 4] = [
 ];
 
 fn main() {
-    let dir = std::env::args().nth(1).unwrap_or_else(|| "/tmp/dump".to_string());
+    let dir = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "/tmp/dump".to_string());
     let mut responses: Vec<(&str, Bytes)> = (1..=4)
         .map(|i| {
             let path = format!("{dir}/response-{i}.pb");
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            let type_url = DiscoveryResponse::decode(&bytes[..]).expect("a response").type_url;
+            let type_url = DiscoveryResponse::decode(&bytes[..])
+                .expect("a response")
+                .type_url;
             let kind = ORDER
                 .into_iter()
                 .find(|k| type_url.ends_with(&format!(".{k}")))
@@ -53,7 +57,9 @@ fn main() {
         let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), 1);
         let now = Instant::ZERO;
         let clock = Clock::now();
-        client.watch::<Lds>("scale.example.com").expect("a valid watch");
+        client
+            .watch::<Lds>("scale.example.com")
+            .expect("a valid watch");
         client.watch::<Rds>("scale-route").expect("a valid watch");
         for name in &names {
             client.watch::<Cds>(name).expect("a valid watch");

@@ -1,6 +1,6 @@
 // Command go-xds-scale is the go-control-plane management server of the
 // end-to-end benchmark (e2e/ at the repository root): one snapshot, served over
-// SotW ADS to any node, shaped like the benchmark's workload:
+// SotW and delta ADS to any node, shaped like the benchmark's workload:
 //   - one client-side API listener (LDS) whose HttpConnectionManager takes its
 //     route configuration over RDS from ADS, with the router filter;
 //   - one route configuration (RDS) with one route per cluster,
@@ -13,6 +13,7 @@
 // By default the snapshot cache answers each request at once with the
 // resources it names (-ads=false in interop/go-control-plane/server.go's
 // terms); -ads makes it wait until a CDS or EDS request names every resource.
+// It serves delta ADS from the same cache; the counters cover both.
 //
 // Stdout: "READY <port>" once serving. Stdin, one command a line:
 //
@@ -174,6 +175,14 @@ func main() {
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, _ int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+			c.responses.Add(1)
+			c.responseBytes.Add(int64(proto.Size(resp)))
+		},
+		StreamDeltaRequestFunc: func(int64, *discoveryv3.DeltaDiscoveryRequest) error {
+			c.requests.Add(1)
+			return nil
+		},
+		StreamDeltaResponseFunc: func(_ int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			c.responses.Add(1)
 			c.responseBytes.Add(int64(proto.Size(resp)))
 		},
