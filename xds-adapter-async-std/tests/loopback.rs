@@ -55,6 +55,12 @@ async fn does_not_exist_after_a_short_configured_timeout() {
     suite::does_not_exist_after_timeout::<AsyncStdRuntime>(Some(Duration::from_millis(700))).await;
 }
 
+/// Issue 24 item 4: one task per watcher, the burst spread over 50 ms.
+#[async_std::test]
+async fn a_burst_of_watches_from_many_tasks_is_one_subscribing_request_per_type() {
+    suite::a_burst_from_many_tasks_is_one_request_per_type::<AsyncStdRuntime>().await;
+}
+
 #[async_std::test]
 async fn mtls_with_a_test_ca() {
     suite::tls_with_test_ca::<AsyncStdRuntime>().await;

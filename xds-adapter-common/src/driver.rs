@@ -6,7 +6,9 @@
 //! [`StreamTasks`]), and sleeps until `poll_timeout()`.
 //!
 //! A burst of watches leaves as one request per type: the driver holds each type's
-//! requests while its watch and cancel commands keep coming (see [`Holds`]).
+//! requests while its watch and cancel commands keep coming (see [`Holds`]), and lets
+//! a type go once two looks with a yield between them found it settled (see
+//! `look_at_holds` and [`Input::Holds`]).
 //!
 //! Nothing reaches the driver faster than it can take it: the stream tasks' reports and
 //! the commands come first, responses wait in a channel of a few ([`INBOUND_BUFFER`]),
@@ -114,6 +116,9 @@ enum Input {
     Command(Command),
     Released(ConfigId),
     Timer(Instant),
+    /// The second look at the holds found settled: the driver has yielded since, so
+    /// the tasks that were ready to run have queued what they had (taken first).
+    Holds,
     Closed,
 }
 
@@ -140,6 +145,9 @@ pub(crate) struct Driver<R: Runtime> {
     responding: Option<StreamId>,
     /// The types whose requests are held while a burst of their watches comes in.
     holds: Holds,
+    /// Some hold was found settled and the driver yielded: look again (see
+    /// [`Input::Holds`]).
+    holds_to_recheck: bool,
     /// Inputs handled since the input queues were last empty (see
     /// [`INPUTS_PER_YIELD`]).
     ready_streak: u32,
@@ -171,6 +179,7 @@ impl<R: Runtime> Driver<R> {
             wall_clock,
             responding: None,
             holds: Holds::default(),
+            holds_to_recheck: false,
             ready_streak: 0,
         }
     }
@@ -209,19 +218,29 @@ impl<R: Runtime> Driver<R> {
                         self.ready_streak = 0;
                         yield_now().await
                     }
-                    Batch::Done => {}
+                    // The second look at the holds comes after the tasks that were ready
+                    // to run have queued what they had.
+                    Batch::Done => {
+                        if self.holds_to_recheck {
+                            yield_now().await
+                        }
+                    }
                 },
                 Input::Released(id) => self.configs.on_released(&mut self.core, id),
                 Input::Timer(deadline) => {
                     self.sleep = None;
                     // The sleep is the "timer fired" event: never report it as early.
                     let now = self.rt.now().max(deadline);
-                    self.holds.release_settled(&mut self.core, now);
                     if self.core.poll_timeout().is_some_and(|t| t <= now) {
                         self.core.handle_timeout(now);
                     }
                     self.metrics.export_if_due(now, &self.core);
+                    if self.holds.settled(now) {
+                        self.holds_to_recheck = true;
+                        yield_now().await
+                    }
                 }
+                Input::Holds => self.holds.release_seen(&mut self.core),
                 Input::Closed => break None,
             }
         };
@@ -236,7 +255,8 @@ impl<R: Runtime> Driver<R> {
     /// The next input, by priority: the small reports of the stream tasks first (a
     /// request reported sent lets the next type's request go while a burst of watches
     /// of other types is still being taken), then commands (a shutdown or a cancel
-    /// never waits behind responses), released clusters, the timer, and last the
+    /// never waits behind responses), the second look at settled holds (after the
+    /// commands that came meanwhile), released clusters, the timer, and last the
     /// responses, of which at most a few wait.
     fn poll_input(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Input> {
         if let Poll::Ready(Some(m)) = self.reports.poll_next_unpin(cx) {
@@ -246,6 +266,9 @@ impl<R: Runtime> Driver<R> {
             Poll::Ready(Some(c)) => return Poll::Ready(Input::Command(c)),
             Poll::Ready(None) => return Poll::Ready(Input::Closed),
             Poll::Pending => {}
+        }
+        if std::mem::take(&mut self.holds_to_recheck) {
+            return Poll::Ready(Input::Holds);
         }
         if let Poll::Ready(id) = self.configs.poll_released(cx) {
             return Poll::Ready(Input::Released(id));
@@ -300,15 +323,26 @@ impl<R: Runtime> Driver<R> {
                 .then(|| self.commands.try_recv().ok())
                 .flatten();
         }
-        if self.holds.holding() {
+        if !self.holds.is_empty() {
             let now = self.rt.now();
-            self.holds.end_batch(&mut self.core, now);
+            self.look_at_holds(now);
         }
         if taken == BATCH {
             Batch::Full
         } else {
             Batch::Done
         }
+    }
+
+    /// After a batch of commands taken at `now`: the types it held wait their settle
+    /// time more; the types found settled at the last look (before the yield that
+    /// preceded this batch) and not extended by it go; and the types settled by now
+    /// are marked for the next look (the next batch's end, or [`Input::Holds`] once the
+    /// queue is empty), after the driver has yielded once.
+    fn look_at_holds(&mut self, now: Instant) {
+        self.holds.end_batch(now);
+        self.holds.release_seen(&mut self.core);
+        self.holds_to_recheck = self.holds.settled(now);
     }
 
     fn on_command(&mut self, command: Command) {

@@ -1,31 +1,57 @@
-//! Held requests: a burst of watches leaves as one request per type. While watch and
-//! cancel commands of a type keep coming, the core holds that type's requests back
-//! ([`XdsClient::hold_requests_of`]); once none has come for [`SETTLE`] (or after
-//! [`MAX_HOLD`] of a steady trickle) they go. Types are held apart, so a loop that
-//! watches the listener, then 10,000 clusters, then 10,000 endpoint sets sends the
-//! listener's request at once, the clusters' once their part of the loop is through,
-//! and so on: the server starts on the first while the client takes the rest.
+//! Held requests: a burst of watches leaves as one request per type, however the
+//! application's tasks and the machine schedule it. While watch and cancel commands of
+//! a type keep coming, the core holds that type's requests back
+//! ([`XdsClient::hold_requests_of`]). A type goes once its burst has settled: no
+//! command of it for the settle time, which grows with the burst ([`settle`]), found
+//! at two looks of the driver with a yield between them, so that every task that was
+//! ready to run (one of the application's watchers, scheduled behind the driver) has
+//! queued its watch first. [`MAX_HOLD`] only bounds a steady trickle that never
+//! settles.
 //!
-//! Without it, one request per type relied on the driver lagging behind the
+//! Types are held apart, so a loop that watches the listener, then 10,000 clusters,
+//! then 10,000 endpoint sets sends the listener's request at once, the clusters' once
+//! their part of the loop is through, and so on: the server starts on the first while
+//! the client takes the rest.
+//!
+//! Without holds, one request per type relied on the driver lagging behind the
 //! application: a driver that caught up, or an application thread descheduled
 //! mid-burst, sent a first request with the names taken so far, and the server sent
-//! those resources twice.
+//! those resources twice. A fixed window (20 ms at most) then split the bursts of
+//! applications that watch from one task per watcher, which take longer than that, and
+//! a driver that ran before the watchers it had woken released their type first.
 
 use std::time::Duration;
 
 use xds_proto_core::{Instant, XdsClient};
 
-/// How long a type's requests are held after its last watch or cancel command: long
-/// enough for an application's loop that was interrupted to queue its next watch,
-/// short beside any network round trip.
+/// How long a type's requests are held after its last watch or cancel command when
+/// the burst is small (a lone watch): long enough for an application's loop that was
+/// interrupted to queue its next watch, short beside any network round trip.
 pub(crate) const SETTLE: Duration = Duration::from_micros(500);
 
-/// The longest a type's requests are held while its watch commands keep coming.
-pub(crate) const MAX_HOLD: Duration = Duration::from_millis(20);
+/// How much longer a burst is held for each command it has brought: a split resends
+/// (SotW) every resource named so far, which the server marshals and the client
+/// decodes again, about a microsecond each; waiting a fraction of that per name costs
+/// less than the split would.
+const SETTLE_PER_COMMAND: Duration = Duration::from_nanos(400);
+
+/// The longest settle time (reached at 8,750 commands): a thread of the application
+/// descheduled for longer than this mid-burst still splits it.
+pub(crate) const MAX_SETTLE: Duration = Duration::from_millis(4);
+
+/// The longest a type's requests are held while its commands keep coming, a safety
+/// bound for a steady trickle that never settles, far beyond any burst: 20,000 watches
+/// from one task each take 20–100 ms to register on 2 busy vCPUs.
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(1);
+
+/// How long a burst that has brought `commands` commands settles for.
+pub(crate) fn settle(commands: u32) -> Duration {
+    (SETTLE + SETTLE_PER_COMMAND * commands).min(MAX_SETTLE)
+}
 
 /// One type's requests, held since `since`, until `until` unless another of its
 /// commands comes. The driver's timer is armed for `check`, an earlier `until`: a
-/// burst pushing `until` on with every command re-arms it once per [`SETTLE`], not
+/// burst pushing `until` on with every command re-arms it once per settle time, not
 /// once per command.
 #[derive(Clone, Copy, Debug)]
 struct Hold {
@@ -33,71 +59,95 @@ struct Hold {
     since: Instant,
     until: Instant,
     check: Instant,
+    /// The watch and cancel commands of the type taken since `since`.
+    commands: u32,
+    /// The driver found the hold due and let the other ready tasks run before letting
+    /// it go; a command of the type meanwhile clears it.
+    due_seen: bool,
 }
 
 /// The types whose requests the driver holds (a handful at most).
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
     held: Vec<Hold>,
-    /// The types the batch of commands being taken has held so far.
-    batch: Vec<&'static str>,
+    /// The types the batch of commands being taken has held so far, with how many
+    /// commands of each it took.
+    batch: Vec<(&'static str, u32)>,
 }
 
 impl Holds {
     /// A watch or cancel of `type_url` is about to reach the core: the type is held
     /// from now on (the core sends a request of a type not held at once).
     pub(crate) fn hold(&mut self, core: &mut XdsClient, type_url: &'static str) {
-        if !self.batch.contains(&type_url) && core.hold_requests_of(type_url) {
-            self.batch.push(type_url);
+        if let Some((_, n)) = self.batch.iter_mut().find(|(t, _)| *t == type_url) {
+            *n += 1;
+        } else if core.hold_requests_of(type_url) {
+            self.batch.push((type_url, 1));
         }
     }
 
-    /// Whether the batch being taken held a type (then [`end_batch`](Self::end_batch)
-    /// needs the time).
-    pub(crate) fn holding(&self) -> bool {
-        !self.batch.is_empty()
+    /// Whether no type is held, nor being held by the batch being taken.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.batch.is_empty()
     }
 
-    /// The batch of commands ended at `now`: each type it held waits [`SETTLE`] more,
-    /// up to [`MAX_HOLD`] in all, and the types whose burst has settled go (a long
-    /// batch may have outlasted another type's burst).
-    pub(crate) fn end_batch(&mut self, core: &mut XdsClient, now: Instant) {
-        while let Some(type_url) = self.batch.pop() {
-            self.extend(type_url, now);
+    /// The batch of commands ended at `now`: each type it held waits its settle time
+    /// more, up to [`MAX_HOLD`] in all.
+    pub(crate) fn end_batch(&mut self, now: Instant) {
+        while let Some((type_url, n)) = self.batch.pop() {
+            self.extend(type_url, n, now);
         }
-        self.release_settled(core, now);
     }
 
-    fn extend(&mut self, type_url: &'static str, now: Instant) {
+    fn extend(&mut self, type_url: &'static str, n: u32, now: Instant) {
         if let Some(hold) = self.held.iter_mut().find(|h| h.type_url == type_url) {
-            hold.until = (now + SETTLE).min(hold.since + MAX_HOLD);
+            hold.commands = hold.commands.saturating_add(n);
+            hold.until = (now + settle(hold.commands)).min(hold.since + MAX_HOLD);
+            hold.due_seen = false;
             return;
         }
-        let until = now + SETTLE;
+        let until = now + settle(n);
         self.held.push(Hold {
             type_url,
             since: now,
             until,
             check: until,
+            commands: n,
+            due_seen: false,
         });
     }
 
-    /// Lets go the types whose burst has settled by `now`; the others are checked
-    /// again when theirs may have.
-    pub(crate) fn release_settled(&mut self, core: &mut XdsClient, now: Instant) {
-        self.held.retain_mut(|hold| {
+    /// The first look: marks the holds whose burst has settled by `now` as seen due,
+    /// and moves the next check of the others to when theirs may have. True when one
+    /// is due: the driver then lets the other ready tasks run once (one of them may be
+    /// about to queue a watch of the type) before the second look,
+    /// [`release_seen`](Self::release_seen).
+    pub(crate) fn settled(&mut self, now: Instant) -> bool {
+        let mut due = false;
+        for hold in &mut self.held {
             if hold.until <= now {
+                hold.due_seen = true;
+                due = true;
+            } else if hold.check <= now {
+                hold.check = hold.until;
+            }
+        }
+        due
+    }
+
+    /// The second look: lets go the types found due by [`settled`](Self::settled) that
+    /// no command has extended since.
+    pub(crate) fn release_seen(&mut self, core: &mut XdsClient) {
+        self.held.retain(|hold| {
+            if hold.due_seen {
                 core.release_requests_of(hold.type_url);
                 return false;
-            }
-            if hold.check <= now {
-                hold.check = hold.until;
             }
             true
         });
     }
 
-    /// When the driver should next call [`release_settled`](Self::release_settled).
+    /// When the driver should next call [`settled`](Self::settled).
     pub(crate) fn next_check(&self) -> Option<Instant> {
         self.held.iter().map(|h| h.check).min()
     }
@@ -105,7 +155,7 @@ impl Holds {
 
 #[cfg(test)]
 mod tests {
-    use xds_proto_core::{Bootstrap, Cds, Eds, XdsClientConfig};
+    use xds_proto_core::{Action, Bootstrap, Cds, Eds, XdsClientConfig};
 
     use super::*;
 
@@ -125,40 +175,126 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// Each type settles on its own: the clusters' hold ends 0.5 ms after their last
-    /// command although endpoint commands keep coming; a steady trickle is let go
-    /// after 20 ms.
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// One batch of `n` commands of `type_url` taken at `now`.
+    fn batch(
+        holds: &mut Holds,
+        core: &mut XdsClient,
+        type_url: &'static str,
+        n: u32,
+        now: Instant,
+    ) {
+        for _ in 0..n {
+            holds.hold(core, type_url);
+        }
+        holds.end_batch(now);
+    }
+
+    /// What the driver does when its timer fires at `now`: a due hold is let go at the
+    /// second look, if no command of its type came in between.
+    fn timer(holds: &mut Holds, core: &mut XdsClient, now: Instant) {
+        if holds.settled(now) {
+            holds.release_seen(core);
+        }
+    }
+
+    /// Each type settles on its own: the clusters' hold ends a settle time after their
+    /// last command although endpoint commands keep coming.
     #[test]
-    fn each_type_settles_on_its_own_and_a_trickle_is_let_go() {
+    fn each_type_settles_on_its_own() {
         let mut core = client();
         let mut holds = Holds::default();
         let t0 = Instant::from_secs(1);
-        holds.hold(&mut core, CDS);
-        holds.end_batch(&mut core, t0);
-        holds.hold(&mut core, CDS);
-        holds.end_batch(&mut core, t0 + ms(1) / 4);
-        assert_eq!(holds.next_check(), Some(t0 + SETTLE));
+        batch(&mut holds, &mut core, CDS, 1, t0);
+        batch(&mut holds, &mut core, CDS, 1, t0 + us(250));
+        assert_eq!(holds.next_check(), Some(t0 + settle(1)));
         // The first check finds the clusters' burst still going: checked again later.
-        holds.release_settled(&mut core, t0 + SETTLE);
-        assert_eq!(holds.next_check(), Some(t0 + ms(1) / 4 + SETTLE));
-        holds.hold(&mut core, EDS);
-        holds.end_batch(&mut core, t0 + ms(1));
-        assert_eq!(holds.next_check(), Some(t0 + ms(1) + SETTLE));
-        assert!(core.requests_held(), "the endpoints are still held");
-        // Endpoint commands every 0.25 ms for 30 ms: let go at 20 ms after the first.
+        timer(&mut holds, &mut core, t0 + settle(1));
+        let cds_until = t0 + us(250) + settle(2);
+        assert_eq!(holds.next_check(), Some(cds_until));
+        batch(&mut holds, &mut core, EDS, 1, t0 + ms(1));
         let mut now = t0 + ms(1);
-        while now < t0 + ms(31) {
-            holds.hold(&mut core, EDS);
-            holds.end_batch(&mut core, now);
-            if holds.next_check().is_none() {
+        while now < t0 + ms(3) {
+            batch(&mut holds, &mut core, EDS, 1, now);
+            timer(&mut holds, &mut core, now);
+            now += us(100);
+        }
+        assert!(core.requests_held(), "the endpoints are still held");
+        assert!(core.watch::<Cds>("c").is_ok());
+        let actions: Vec<_> = std::iter::from_fn(|| core.poll_action()).collect();
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::SendRequest { .. })),
+            "the clusters were let go: their watch's request goes at once ({actions:?})"
+        );
+    }
+
+    /// The settle time grows with the burst, from [`SETTLE`] for a lone watch to
+    /// [`MAX_SETTLE`]: a pause of 2 ms in the middle of a 10,000-watch burst does not
+    /// split it, where it would split a burst of ten.
+    #[test]
+    fn a_large_burst_rides_out_a_longer_pause() {
+        assert_eq!(settle(1), SETTLE + SETTLE_PER_COMMAND);
+        assert_eq!(settle(10_000), MAX_SETTLE);
+        for (n, split) in [(10, true), (10_000, false)] {
+            let mut core = client();
+            let mut holds = Holds::default();
+            let t0 = Instant::from_secs(1);
+            batch(&mut holds, &mut core, CDS, n, t0);
+            timer(&mut holds, &mut core, t0 + ms(2));
+            assert_eq!(
+                !core.requests_held(),
+                split,
+                "{n} commands, then 2 ms of nothing"
+            );
+        }
+    }
+
+    /// A command of the type between the driver finding the hold due and its second
+    /// look (a task that ran when the driver let the others run) keeps it held.
+    #[test]
+    fn a_command_between_the_two_looks_keeps_the_hold() {
+        let mut core = client();
+        let mut holds = Holds::default();
+        let t0 = Instant::from_secs(1);
+        batch(&mut holds, &mut core, CDS, 1, t0);
+        assert!(holds.settled(t0 + ms(5)), "due after 5 ms of nothing");
+        batch(&mut holds, &mut core, CDS, 1, t0 + ms(5));
+        holds.release_seen(&mut core);
+        assert!(core.requests_held(), "the late command kept it");
+        assert!(!holds.settled(t0 + ms(5)));
+        assert!(holds.settled(t0 + ms(6)));
+        holds.release_seen(&mut core);
+        assert!(!core.requests_held());
+    }
+
+    /// A steady trickle that never settles is let go [`MAX_HOLD`] after its first
+    /// command, and a watch of the type goes through the core as usual afterwards.
+    #[test]
+    fn a_trickle_is_let_go_after_the_longest_hold() {
+        let mut core = client();
+        let mut holds = Holds::default();
+        let t0 = Instant::from_secs(1);
+        // Endpoint commands every 0.25 ms for 1.5 s: let go 1 s after the first.
+        let mut now = t0;
+        while now < t0 + ms(1500) {
+            batch(&mut holds, &mut core, EDS, 1, now);
+            if holds.next_check().is_some_and(|c| c <= now) {
+                timer(&mut holds, &mut core, now);
+            }
+            if !core.requests_held() {
                 break;
             }
-            now += ms(1) / 4;
+            now += us(250);
         }
-        assert!(now >= t0 + ms(21) && now < t0 + ms(22), "let go at {now:?}");
-        assert!(!core.requests_held());
-        // A watch of the type goes through the core as usual once released.
-        assert!(core.watch::<Cds>("c").is_ok());
+        assert!(
+            now >= t0 + MAX_HOLD && now < t0 + MAX_HOLD + ms(1),
+            "let go at {now:?}"
+        );
         assert!(core.watch::<Eds>("c").is_ok());
     }
 }

@@ -123,6 +123,12 @@ async fn a_burst_of_watches_is_one_subscribing_request_per_type() {
     suite::a_burst_of_watches_is_one_request_per_type::<TokioRuntime>().await;
 }
 
+/// Issue 24 item 4: one task per watcher, the burst spread over 50 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_watches_from_many_tasks_is_one_subscribing_request_per_type() {
+    suite::a_burst_from_many_tasks_is_one_request_per_type::<TokioRuntime>().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delta_session_sends_only_what_changed_and_resumes_with_initial_versions() {
     suite::delta_session::<TokioRuntime>().await;

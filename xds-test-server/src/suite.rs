@@ -16,7 +16,9 @@ mod load;
 mod outages;
 
 pub use a78::{metrics_exported_on_interval, xds_client_metrics};
-pub use burst::a_burst_of_watches_is_one_request_per_type;
+pub use burst::{
+    a_burst_from_many_tasks_is_one_request_per_type, a_burst_of_watches_is_one_request_per_type,
+};
 pub use client_closes::client_closed_streams_are_published;
 pub use delta::{
     delta_session, delta_silence_is_does_not_exist_after_the_timer,
