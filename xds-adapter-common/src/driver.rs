@@ -235,7 +235,7 @@ impl<R: Runtime> Driver<R> {
                         self.core.handle_timeout(now);
                     }
                     self.metrics.export_if_due(now, &self.core);
-                    if self.holds.settled(now) {
+                    if self.holds.settled(&mut self.core, now) {
                         self.holds_to_recheck = true;
                         yield_now().await
                     }
@@ -336,13 +336,14 @@ impl<R: Runtime> Driver<R> {
 
     /// After a batch of commands taken at `now`: the types it held wait their settle
     /// time more; the types found settled at the last look (before the yield that
-    /// preceded this batch) and not extended by it go; and the types settled by now
+    /// preceded this batch) and not extended by it go; and the bursts settled by now
     /// are marked for the next look (the next batch's end, or [`Input::Holds`] once the
-    /// queue is empty), after the driver has yielded once.
+    /// queue is empty), after the driver has yielded once (a lone watch's type goes
+    /// now).
     fn look_at_holds(&mut self, now: Instant) {
         self.holds.end_batch(now);
         self.holds.release_seen(&mut self.core);
-        self.holds_to_recheck = self.holds.settled(now);
+        self.holds_to_recheck = self.holds.settled(&mut self.core, now);
     }
 
     fn on_command(&mut self, command: Command) {
