@@ -125,7 +125,7 @@ const CHAINS: usize = 4;
 /// between two watches of a type (a machine that stalled every thread of the runtime
 /// that long) is no failure of the rule. Run it on a multi-threaded runtime.
 pub async fn a_burst_from_many_tasks_is_one_request_per_type<R: Runtime>() {
-    const ATTEMPTS: usize = 10;
+    const ATTEMPTS: usize = 12;
     // Rounds of a multiply-add per task (debug build, quiet machine: about 0.1 ms).
     let mut work = 20_000;
     let mut why = Vec::new();
