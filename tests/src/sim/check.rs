@@ -73,7 +73,7 @@ use xds_proto_core::client::{
     XdsClientConfig, XdsError,
 };
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use xds_proto_core::resource::{ResourceTypeInfo, ResourceValue, builtin_types};
+use xds_proto_core::resource::{DecodeContext, ResourceTypeInfo, ResourceValue, builtin_types};
 use xds_proto_core::{Bootstrap, Code, Instant};
 
 use super::verdict::{Verdict, judge};

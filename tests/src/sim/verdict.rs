@@ -16,7 +16,7 @@ use prost::Message;
 use xds_proto_core::Code;
 use xds_proto_core::pb::envoy::service::discovery::v3::{DiscoveryResponse, Resource};
 use xds_proto_core::pb::google::protobuf::Any;
-use xds_proto_core::resource::{ResourceTypeInfo, type_url};
+use xds_proto_core::resource::{DecodeContext, ResourceTypeInfo, type_url};
 
 /// The reference judgement of one response.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,8 +39,13 @@ pub struct Verdict {
 /// name (when readable) and, when valid, the bytes the cache keeps. A wrapper's
 /// non-empty name is the resource's name whatever its payload calls itself, and an
 /// error in a named wrapper's payload goes to that name (C-core's and Envoy's rule,
-/// the client's `decode_enveloped`).
-fn judge_one(ty: &ResourceTypeInfo, any: &Any) -> (Option<String>, Option<Bytes>) {
+/// the client's `decode_enveloped`). Decoded in `context`, the client's: a certificate
+/// provider instance its bootstrap lacks makes a cluster or listener invalid (A29).
+fn judge_one(
+    ty: &ResourceTypeInfo,
+    context: &DecodeContext<'_>,
+    any: &Any,
+) -> (Option<String>, Option<Bytes>) {
     let (envelope_name, inner) = if any.type_url == type_url::RESOURCE_WRAPPER {
         let Ok(wrapper) = Resource::decode(any.value.clone()) else {
             return (None, None);
@@ -58,20 +63,25 @@ fn judge_one(ty: &ResourceTypeInfo, any: &Any) -> (Option<String>, Option<Bytes>
     if inner.type_url != ty.type_url() {
         return (envelope_name, None);
     }
-    match ty.decode(&inner.value) {
+    match ty.decode_in(context, &inner.value) {
         Ok((name, _)) => (Some(envelope_name.unwrap_or(name)), Some(inner.value)),
         Err(e) => (envelope_name.or(e.name), None),
     }
 }
 
-/// Judges `response` as a response of type `ty`.
-pub fn judge(ty: &ResourceTypeInfo, response: &DiscoveryResponse) -> Verdict {
+/// Judges `response` as a response of type `ty` to a client whose decode context is
+/// `context`.
+pub fn judge(
+    ty: &ResourceTypeInfo,
+    context: &DecodeContext<'_>,
+    response: &DiscoveryResponse,
+) -> Verdict {
     let mut v = Verdict::default();
     let mut occurrences: BTreeMap<String, usize> = BTreeMap::new();
     let mut decoded: Vec<(String, Bytes)> = Vec::new();
     let mut errors = false;
     for any in &response.resources {
-        match judge_one(ty, any) {
+        match judge_one(ty, context, any) {
             (None, _) => {
                 v.unnamed_error = true;
                 errors = true;
@@ -138,7 +148,11 @@ mod tests {
             type_url: type_url::CLUSTER.to_string(),
             ..Default::default()
         };
-        let v = judge(&ResourceTypeInfo::of::<Cds>(), &response);
+        let v = judge(
+            &ResourceTypeInfo::of::<Cds>(),
+            &DecodeContext::default(),
+            &response,
+        );
         assert!(!v.accept && v.unnamed_error && v.valid.is_empty() && v.invalid.is_empty());
     }
 
@@ -149,11 +163,22 @@ mod tests {
             crate::resource_error("a", Code::NOT_FOUND, "gone"),
             crate::resource_error("", Code::UNAVAILABLE, "no name"),
         ];
-        let v = judge(&ResourceTypeInfo::of::<Cds>(), &response);
+        let v = judge(
+            &ResourceTypeInfo::of::<Cds>(),
+            &DecodeContext::default(),
+            &response,
+        );
         assert!(!v.accept);
         assert_eq!(v.server_errors.get("a"), Some(&vec![Code::NOT_FOUND]));
         assert!(v.present.contains("a"));
         response.resource_errors.truncate(1);
-        assert!(judge(&ResourceTypeInfo::of::<Cds>(), &response).accept);
+        assert!(
+            judge(
+                &ResourceTypeInfo::of::<Cds>(),
+                &DecodeContext::default(),
+                &response
+            )
+            .accept
+        );
     }
 }

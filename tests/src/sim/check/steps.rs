@@ -71,7 +71,7 @@ impl CheckedClient {
             return Ctx::Quiet;
         }
         st.nonce = response.nonce.clone();
-        let mut verdict = judge(&ty, &response);
+        let mut verdict = judge(&ty, &DecodeContext::new(&self.bootstrap), &response);
         // Delta: a name both sent (valid or not) and removed is a contradiction the
         // client NACKs; a TP3 error beside a removal is not.
         if removed
