@@ -74,6 +74,7 @@ fn ready_lb(policy: LbPolicy) -> LoadBalancer {
         outlier_detection: None,
     };
     let config = ClusterConfig {
+        load_stats: None,
         cluster: Arc::new(cluster),
         children: ClusterResolution::Endpoints {
             service_name: CLUSTER.into(),

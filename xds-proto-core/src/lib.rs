@@ -22,6 +22,7 @@ pub mod bootstrap;
 pub mod client;
 pub mod dependency;
 pub mod lb;
+pub mod lrs;
 pub mod metrics;
 pub mod names;
 pub mod pool;

@@ -189,7 +189,9 @@ async fn pick<R: Runtime>(shared: &Arc<Shared<R>>, cluster: &str, hash: Option<u
     }
 }
 
-/// How an attempt ended before its body.
+/// How an attempt ended before its body. One lives on the stack per attempt; boxing
+/// the committed response to even the variants out would allocate per RPC.
+#[allow(clippy::large_enum_variant)]
 enum AttemptEnd {
     /// Committed: this is the RPC's response.
     Commit(Response),

@@ -14,6 +14,7 @@ use super::{Status, XdsError};
 use crate::backoff::BackoffConfig;
 use crate::bootstrap::{Bootstrap, ServerConfig};
 use crate::names;
+use crate::pb::envoy::service::load_stats::v3::LoadStatsRequest;
 use crate::resource::{ResourceValue, XdsResourceType};
 use crate::time::Instant;
 
@@ -169,7 +170,7 @@ pub enum Event {
         stream: StreamId,
         /// The serialized `envoy.service.discovery.v3.DiscoveryResponse`, or on a delta
         /// stream (a server whose [`ServerConfig::is_delta`]) the serialized
-        /// `DeltaDiscoveryResponse`.
+        /// `DeltaDiscoveryResponse`, or on an LRS stream the `LoadStatsResponse`.
         bytes: Bytes,
     },
     /// The stream ended with this status. Not needed after [`Action::CloseStream`]: the
@@ -218,6 +219,27 @@ pub enum Action {
         stream: StreamId,
         /// The request.
         request: Box<DeltaRequest>,
+    },
+    /// Open an LRS stream (`StreamLoadStats` of
+    /// `envoy.service.load_stats.v3.LoadReportingService`) to this server, on the
+    /// connection its ADS stream uses. Its events are the ADS stream's:
+    /// [`Event::StreamStarted`], [`Event::RequestSent`], [`Event::ResponseReceived`]
+    /// (a `LoadStatsResponse`) and [`Event::StreamClosed`].
+    StartLoadReportStream {
+        /// The server.
+        server: ServerId,
+        /// Its configuration (URI and credentials).
+        config: Arc<ServerConfig>,
+        /// The id events for this stream must carry.
+        stream: StreamId,
+    },
+    /// Send this `LoadStatsRequest` on the LRS stream, after the ones before it.
+    /// Report [`Event::RequestSent`] when the transport has taken it.
+    SendLoadReport {
+        /// The stream.
+        stream: StreamId,
+        /// The request: the node first, then the load reports.
+        request: Box<LoadStatsRequest>,
     },
     /// Close the stream (half-close and drop it). No event is expected for it.
     CloseStream {
@@ -298,6 +320,9 @@ pub struct XdsClientConfig {
     pub user_agent_name: String,
     /// Reported in `Node.user_agent_version`.
     pub user_agent_version: String,
+    /// The shortest load reporting interval taken from an LRS server (gRPC's 1 s by
+    /// default); a shorter `load_reporting_interval` is taken as this.
+    pub min_load_reporting_interval: Duration,
 }
 
 impl XdsClientConfig {
@@ -311,6 +336,7 @@ impl XdsClientConfig {
             backoff: BackoffConfig::default(),
             user_agent_name: "xds-proto".to_string(),
             user_agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            min_load_reporting_interval: crate::lrs::DEFAULT_MIN_LOAD_REPORTING_INTERVAL,
         }
     }
 }

@@ -221,8 +221,11 @@ impl XdsClient {
             self.actions.push_back(Action::CloseStream { stream });
         }
         self.timers.cancel_reconnect(server);
-        self.actions.push_back(Action::DropChannel {
-            server: ServerId(server),
-        });
+        // An LRS stream still on the connection keeps it; the channel goes with it.
+        if !self.lrs.uses_server(server) {
+            self.actions.push_back(Action::DropChannel {
+                server: ServerId(server),
+            });
+        }
     }
 }

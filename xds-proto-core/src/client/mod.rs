@@ -26,7 +26,9 @@
 //! - `response`: decoding and applying a response (ACK/NACK, TP3 errors, deletions);
 //! - `failure`: A57 connectivity failures, backoff and the does-not-exist timer;
 //! - `authority`: authorities, server selection and A71 fallback;
-//! - `csds`: the CSDS snapshot and the A78 metrics.
+//! - `csds`: the CSDS snapshot and the A78 metrics;
+//! - `lrs`: the client's side of load reporting (the counters it hands out, and the
+//!   LRS streams' inputs and outputs; the state machines are in [`crate::lrs`]).
 //!
 //! The client logs through `tracing` (stream lifecycle, requests, responses, timers,
 //! failures and fallback); per-resource events are at `trace` level only.
@@ -40,6 +42,7 @@ mod delta;
 mod delta_request;
 mod envelope;
 mod failure;
+mod lrs;
 mod request;
 mod response;
 mod server;
@@ -156,6 +159,11 @@ pub struct XdsClient {
     next_watcher: u64,
     /// The types whose requests wait, by type (see [`XdsClient::hold_requests`]).
     on_hold: Vec<bool>,
+    /// Load reporting (LRS): the counters handed out and the LRS streams.
+    lrs: crate::lrs::LoadReporting,
+    /// The latest `now` an input carried: when a cluster's load counters are created
+    /// (by a dependency manager handling the notifications of that input).
+    clock: Instant,
     /// Test-only (feature `planted-bug`): see [`XdsClient::plant_bug`].
     #[cfg(feature = "planted-bug")]
     planted_bug: bool,
@@ -182,6 +190,8 @@ impl XdsClient {
         let on_hold = vec![false; types.len()];
         let resources = types.iter().map(|_| ResourceTable::default()).collect();
         let node_tag = status::NodeTag::new(&node.id);
+        let lrs =
+            crate::lrs::LoadReporting::new(config.min_load_reporting_interval, config.backoff);
         XdsClient {
             config,
             node,
@@ -198,6 +208,8 @@ impl XdsClient {
             responses_applied: 0,
             next_watcher: 1,
             on_hold,
+            lrs,
+            clock: Instant::ZERO,
             #[cfg(feature = "planted-bug")]
             planted_bug: false,
         }
@@ -467,6 +479,10 @@ impl XdsClient {
 
     /// Feeds one transport event.
     pub fn handle_event(&mut self, now: Instant, event: Event) {
+        self.clock = self.clock.max(now);
+        if let Some(server) = self.lrs_server_of(&event) {
+            return self.on_lrs_event(server, now, event);
+        }
         match event {
             Event::StreamStarted { stream } => {
                 if let Some(server) = self.server_of_stream(stream) {
@@ -488,12 +504,14 @@ impl XdsClient {
 
     /// Fires every timer due at `now`. An early call is a no-op.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.clock = self.clock.max(now);
         while let Some(expired) = self.timers.pop_expired(now) {
             match expired {
                 Expired::Reconnect(server) => self.ensure_stream(server),
                 Expired::Resources(due) => self.on_resource_timers(due, now),
             }
         }
+        self.on_lrs_timeout(now);
     }
 
     // ----- outputs -----
@@ -507,7 +525,10 @@ impl XdsClient {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.next_deadline()
+        match (self.timers.next_deadline(), self.lrs.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ----- internals -----

@@ -28,6 +28,7 @@ use std::time::Duration;
 use crate::client::{
     Code, ErrorKind, Notification, Status, WatchError, WatchEvent, WatcherId, XdsClient, XdsError,
 };
+use crate::lrs::ClusterLoadStats;
 use crate::resource::cluster::ClusterResource;
 use crate::resource::endpoint::EndpointsResource;
 use crate::resource::listener::{HttpFilter, ListenerResource};
@@ -74,6 +75,10 @@ pub struct ClusterConfig {
     pub cluster: Arc<ClusterResource>,
     /// What it resolves to.
     pub children: ClusterResolution,
+    /// Where its load is counted for LRS (gRFC A27), when its `lrs_server` is `self`:
+    /// the client's counters for the server the cluster came from
+    /// (`XdsClient::cluster_load_stats`). `None` for a cluster that reports no load.
+    pub load_stats: Option<ClusterLoadStats>,
 }
 
 /// What a cluster resolves to.

@@ -12,6 +12,7 @@ use super::{
     context_error, invalid,
 };
 use crate::client::{XdsClient, XdsError};
+use crate::lrs::ClusterLoadStats;
 use crate::resource::cluster::{ClusterResource, ClusterType};
 use crate::resource::listener::RouteSource;
 use crate::resource::listener::{HttpConnectionManager, ListenerKind, ListenerResource};
@@ -187,7 +188,8 @@ impl XdsDependencyManager {
                         host: host.clone(),
                         port: *port,
                     };
-                    leaf(walk, name, cluster.clone(), children)
+                    let load_stats = load_stats(client, name, &cluster);
+                    leaf(walk, name, cluster.clone(), children, load_stats)
                 }
                 ClusterType::Aggregate { clusters } => {
                     stack.push(name.to_owned());
@@ -233,7 +235,8 @@ impl XdsDependencyManager {
             endpoints,
             resolution_note,
         };
-        leaf(walk, name, cluster.clone(), children)
+        let load_stats = load_stats(client, name, cluster);
+        leaf(walk, name, cluster.clone(), children, load_stats)
     }
 
     /// The children of an aggregate cluster, depth first: their leaves (deduplicated, in
@@ -278,14 +281,36 @@ struct Children {
     pending: bool,
 }
 
+/// The load counters of a leaf cluster that reports its load (`lrs_server: self`),
+/// with its EDS service name as the CDS resource sets it.
+fn load_stats(
+    client: &mut XdsClient,
+    name: &str,
+    cluster: &ClusterResource,
+) -> Option<ClusterLoadStats> {
+    if !cluster.lrs_server {
+        return None;
+    }
+    let service = match &cluster.cluster_type {
+        ClusterType::Eds { service_name } => service_name.as_deref(),
+        _ => None,
+    };
+    client.cluster_load_stats(name, service)
+}
+
 /// Records a leaf cluster's configuration.
 fn leaf(
     walk: &mut Walk,
     name: &str,
     cluster: Arc<ClusterResource>,
     children: ClusterResolution,
+    load_stats: Option<ClusterLoadStats>,
 ) -> Resolution {
-    let config = ClusterConfig { cluster, children };
+    let config = ClusterConfig {
+        cluster,
+        children,
+        load_stats,
+    };
     walk.out.insert(name.to_owned(), Ok(config));
     Resolution::Leaves(vec![name.to_owned()])
 }
@@ -321,6 +346,7 @@ fn aggregate(
     let config = ClusterConfig {
         cluster: cluster.clone(),
         children: resolution,
+        load_stats: None,
     };
     walk.out.insert(name.to_owned(), Ok(config));
     Resolution::Leaves(children.leaves)

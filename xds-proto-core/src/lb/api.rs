@@ -138,6 +138,8 @@ pub struct CallToken {
     pub(super) cluster: u32,
     pub(super) cluster_generation: u32,
     pub(super) subchannel: SubchannelId,
+    /// The locality counters the call is counted in (LRS), if its cluster reports load.
+    pub(super) load: super::load_report::LoadSlot,
 }
 
 /// How a call ended, for outlier detection (A50: a call is a success when its status is

@@ -392,12 +392,18 @@ impl LeafCluster {
                         cluster: slot,
                         cluster_generation: self.generation,
                         subchannel,
+                        load: super::load_report::LoadSlot::NONE,
                     },
                 }
             }
             Picked::Queue => Pick::Queue,
             Picked::Fail => Pick::Fail(self.failure_status.clone()),
         }
+    }
+
+    /// Whether a failed pick is the circuit breaker's (LRS counts it as a drop).
+    pub(super) fn is_breaker_status(&self, status: &Arc<Status>) -> bool {
+        Arc::ptr_eq(status, &self.breaker_status)
     }
 
     /// A call this cluster started ended.

@@ -35,6 +35,7 @@ use xds_proto_core::lb::{
 #         outlier_detection: None,
 #     };
 #     let config = ClusterConfig {
+#         load_stats: None,
 #         cluster: Arc::new(cluster),
 #         children: ClusterResolution::Endpoints {
 #             service_name: "backend".into(),

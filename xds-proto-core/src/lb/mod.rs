@@ -22,6 +22,7 @@ mod dns;
 mod endpoint_list;
 mod layout;
 mod least_request;
+mod load_report;
 mod locality;
 mod outlier;
 mod pick_first;
@@ -54,6 +55,7 @@ use crate::time::Instant;
 use aggregate::AggregateCluster;
 use cluster::{LeafCluster, Source};
 use dns::DnsResolutions;
+use load_report::LoadReports;
 use outlier::EjectionChange;
 use policy::PickRng;
 use subchannel::SubchannelPool;
@@ -88,6 +90,8 @@ pub struct LoadBalancer {
     changes: Vec<EjectionChange>,
     unknown_cluster: Arc<Status>,
     dns: DnsResolutions,
+    /// The LRS counters of the leaf clusters that report their load.
+    load: LoadReports,
 }
 
 impl LoadBalancer {
@@ -120,6 +124,7 @@ impl LoadBalancer {
                 Code::UNAVAILABLE,
                 "cluster not in the current xDS config",
             )),
+            load: LoadReports::default(),
         }
     }
 
@@ -227,7 +232,23 @@ impl LoadBalancer {
             _ => false,
         });
         self.names = names;
+        self.update_load_reports(clusters);
         self.picker_changed = true;
+    }
+
+    /// Resolves the LRS counters of the config's leaf clusters (see `load_report`).
+    fn update_load_reports(
+        &mut self,
+        clusters: &BTreeMap<String, Result<ClusterConfig, XdsError>>,
+    ) {
+        let names = &self.names;
+        let leaves = clusters
+            .iter()
+            .filter_map(|(name, entry)| match (names.get(name), entry) {
+                (Some(Entry::Leaf(slot)), Ok(config)) => Some((*slot, config)),
+                _ => None,
+            });
+        self.load.update(leaves);
     }
 
     fn upsert_leaf(
@@ -323,7 +344,8 @@ impl LoadBalancer {
             return Pick::Fail(self.unknown_cluster.clone());
         };
         let was_started = leaf.is_started();
-        let pick = leaf.pick(now, &mut self.pool, slot, args, &mut rng);
+        let mut pick = leaf.pick(now, &mut self.pool, slot, args, &mut rng);
+        (self.load).count_pick(slot, &mut pick, |status| leaf.is_breaker_status(status));
         if !was_started {
             self.refresh_aggregates(now);
         }
@@ -345,7 +367,21 @@ impl LoadBalancer {
     /// Reports the end of a call a pick started: releases its circuit-breaker slot and
     /// least-request count, and counts its outcome for outlier detection.
     pub fn call_finished(&mut self, now: Instant, call: CallToken, outcome: CallOutcome) {
+        self.call_finished_with_metrics(now, call, outcome, []);
+    }
+
+    /// [`call_finished`](Self::call_finished) with the `named_metrics` of the
+    /// backend's per-call ORCA report (A51), which a cluster that reports its load
+    /// adds up per locality for LRS (A64).
+    pub fn call_finished_with_metrics<'a>(
+        &mut self,
+        now: Instant,
+        call: CallToken,
+        outcome: CallOutcome,
+        named_metrics: impl IntoIterator<Item = (&'a str, f64)>,
+    ) {
         let _ = now;
+        (self.load).call_finished(call.load, outcome == CallOutcome::Success, named_metrics);
         self.pool.call_finished(call.subchannel);
         if let Some(Some(leaf)) = self.leaves.get_mut(call.cluster as usize)
             && leaf.generation == call.cluster_generation

@@ -104,6 +104,7 @@ pub(super) fn eds_with_drops(
     drop_overloads: Vec<DropOverload>,
 ) -> ClusterConfig {
     ClusterConfig {
+        load_stats: None,
         children: ClusterResolution::Endpoints {
             service_name: resource.name.clone(),
             endpoints: Some(Arc::new(EndpointsResource {
@@ -867,6 +868,7 @@ fn an_aggregate_cluster_fails_over_between_its_leaf_clusters() {
         clusters: vec!["primary".into(), "secondary".into()],
     };
     let agg = ClusterConfig {
+        load_stats: None,
         cluster: Arc::new(aggregate),
         children: ClusterResolution::Aggregate {
             leaf_clusters: vec!["primary".into(), "secondary".into()],
@@ -916,6 +918,7 @@ fn a_failed_cluster_and_an_eds_error_fail_picks_with_their_reason() {
     list.insert(
         "no-eds".into(),
         Ok(ClusterConfig {
+            load_stats: None,
             cluster: Arc::new(resource),
             children: ClusterResolution::Endpoints {
                 service_name: "no-eds".into(),
@@ -949,6 +952,7 @@ fn a_logical_dns_cluster_asks_for_resolution_and_uses_the_addresses() {
         port: 443,
     };
     let config = ClusterConfig {
+        load_stats: None,
         cluster: Arc::new(resource),
         children: ClusterResolution::LogicalDns {
             host: "svc.example".into(),
@@ -986,6 +990,7 @@ fn dns_cluster() -> ClusterConfig {
         port: 443,
     };
     ClusterConfig {
+        load_stats: None,
         cluster: Arc::new(resource),
         children: ClusterResolution::LogicalDns {
             host: "svc.example".into(),

@@ -33,6 +33,9 @@ pub struct DmDriver {
     pub others: Vec<Notification>,
     /// The manager's updates, in order.
     pub updates: Vec<Result<Arc<XdsConfig>, XdsError>>,
+    /// The client's load-reporting actions (LRS streams started, requests, closes),
+    /// in order, for the test to play the LRS server with.
+    pub lrs: VecDeque<Action>,
     nonce: u64,
 }
 
@@ -47,6 +50,7 @@ impl DmDriver {
             subscribed: BTreeMap::new(),
             others: Vec::new(),
             updates: Vec::new(),
+            lrs: VecDeque::new(),
             nonce: 0,
         };
         d.dm.start(&mut d.h.client)
@@ -78,6 +82,12 @@ impl DmDriver {
                     self.others.push(n);
                 }
             }
+            Action::StartLoadReportStream { .. } | Action::SendLoadReport { .. } => {
+                self.lrs.push_back(action)
+            }
+            Action::CloseStream { stream } if Some(stream) != self.stream => {
+                self.lrs.push_back(action)
+            }
             Action::CloseStream { .. } | Action::DropChannel { .. } => {}
             other => panic!("unexpected action {other:?}"),
         }
@@ -106,6 +116,13 @@ impl DmDriver {
         self.h
             .client
             .handle_event(now, Event::ResponseReceived { stream, bytes });
+        self.pump();
+    }
+
+    /// Feeds an event of an LRS stream (or any other) and delivers what follows.
+    pub fn event(&mut self, event: Event) {
+        let now = self.h.now;
+        self.h.client.handle_event(now, event);
         self.pump();
     }
 

@@ -24,12 +24,14 @@ use xds_proto_core::{
 
 mod delta;
 mod dependency;
+mod lrs;
 mod random;
 
 pub use delta::{
     DELTA_BOOTSTRAP, DeltaReq, delta_errors, delta_on_the_wire, delta_resource, delta_response,
 };
 pub use dependency::DmDriver;
+pub use lrs::lrs_response;
 pub use random::{Fixed, Scripted, SplitMix};
 
 pub use crate::resources::resource_error;

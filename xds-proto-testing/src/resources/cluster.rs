@@ -11,7 +11,7 @@ use xds_proto_core::resource::type_url;
 
 use super::{
     AGGREGATE_CLUSTER_TYPE_URL, UPSTREAM_TLS_CONTEXT_TYPE_URL, ads_config_source, any,
-    exact_matcher, provider_instance, socket_address, tls_transport_socket,
+    exact_matcher, provider_instance, self_config_source, socket_address, tls_transport_socket,
 };
 
 /// An EDS cluster fetching its endpoints over ADS, round robin, with a default-priority
@@ -51,6 +51,23 @@ pub fn cluster_msg(name: &str, max_requests: u32) -> cluster::Cluster {
         }),
         ..Default::default()
     }
+}
+
+/// `cluster` reporting its load to the management server that sends it: `lrs_server`
+/// set to `self` (the only LRS server gRPC accepts, A27).
+pub fn reporting_load(mut cluster: cluster::Cluster) -> cluster::Cluster {
+    cluster.lrs_server = Some(self_config_source());
+    cluster
+}
+
+/// An EDS cluster ([`cluster_msg`], 1024 max requests, its EDS service name
+/// `service_name` when given) that reports its load to its server (LRS).
+pub fn load_reporting_cluster(name: &str, service_name: Option<&str>) -> Any {
+    let mut c = cluster_msg(name, 1024);
+    if let (Some(eds), Some(service)) = (&mut c.eds_cluster_config, service_name) {
+        eds.service_name = service.to_string();
+    }
+    any(type_url::CLUSTER, &reporting_load(c))
 }
 
 /// [`cluster_msg`] with the given max requests, as an `Any`.

@@ -135,3 +135,27 @@ pub fn endpoints(cluster_name: &str, ports: &[u32]) -> Any {
         &endpoints_msg(cluster_name, ports),
     )
 }
+
+/// `assignment` with these `drop_overloads` (category, drops per million), in order:
+/// gRPC drops an RPC in the first category whose draw falls under its rate, and
+/// reports the drops by category (LRS).
+pub fn with_drop_overloads(
+    mut assignment: endpoint::ClusterLoadAssignment,
+    drops: &[(&str, u32)],
+) -> endpoint::ClusterLoadAssignment {
+    use xds_proto_core::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
+    let policy = assignment.policy.get_or_insert_with(Default::default);
+    policy.drop_overloads = drops
+        .iter()
+        .map(
+            |(category, per_million)| endpoint::cluster_load_assignment::policy::DropOverload {
+                category: category.to_string(),
+                drop_percentage: Some(FractionalPercent {
+                    numerator: *per_million,
+                    denominator: fractional_percent::DenominatorType::Million as i32,
+                }),
+            },
+        )
+        .collect();
+    assignment
+}

@@ -84,6 +84,17 @@ pub fn ads_config_source() -> core::ConfigSource {
     }
 }
 
+/// A config source naming the server that sent the resource (`self`): the only
+/// `lrs_server` gRPC accepts in a cluster.
+pub fn self_config_source() -> core::ConfigSource {
+    core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Self_(
+            core::SelfConfigSource::default(),
+        )),
+        ..Default::default()
+    }
+}
+
 /// A socket address `host:port`. Endpoints need an IP literal and a port up to 65535;
 /// LOGICAL_DNS clusters take a host name and a port from 1 to 65535.
 pub fn socket_address(host: &str, port: u32) -> core::Address {

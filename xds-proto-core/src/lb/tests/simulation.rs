@@ -160,6 +160,7 @@ impl World {
         config.insert(
             "agg".into(),
             Ok(ClusterConfig {
+                load_stats: None,
                 cluster: Arc::new(aggregate),
                 children: ClusterResolution::Aggregate {
                     leaf_clusters: vec!["rr".into(), "pf".into()],
