@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use xds_proto_core::Code;
 use xds_proto_core::Status;
 use xds_proto_core::client::{Action, Event, StreamId};
 use xds_proto_core::dependency::XdsConfig;
@@ -24,7 +25,6 @@ use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint_pb;
 use xds_proto_core::pb::envoy::service::load_stats::v3::{LoadStatsRequest, LoadStatsResponse};
 use xds_proto_core::pb::google::protobuf::{Any, Duration as PbDuration};
 use xds_proto_core::prost::Message;
-use xds_proto_core::Code;
 use xds_proto_tests::fixtures_routes::*;
 use xds_proto_tests::{CDS, EDS, LDS, RDS, lrs_response};
 

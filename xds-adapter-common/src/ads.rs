@@ -1,7 +1,8 @@
-//! One ADS stream: the codec (the core's `AdsRequest` or `DeltaRequest` out, raw
-//! bytes in), the request stream that reports when HTTP/2 takes each request, and the
-//! task that runs the stream (`StreamAggregatedResources`, or
-//! `DeltaAggregatedResources` for a delta server) and reports what happens to it.
+//! One stream to an xDS server: the codec (the core's `AdsRequest`, `DeltaRequest` or
+//! `LoadStatsRequest` out, raw bytes in), the request stream that reports when HTTP/2
+//! takes each request, and the task that runs the stream (`StreamAggregatedResources`,
+//! `DeltaAggregatedResources` for a delta server, or LRS's `StreamLoadStats`) and
+//! reports what happens to it.
 
 use std::pin::{Pin, pin};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use futures::future::{self, Either};
 use futures::{SinkExt, Stream};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use xds_proto_core::bootstrap::ServerConfig;
+use xds_proto_core::pb::envoy::service::load_stats::v3::LoadStatsRequest;
 use xds_proto_core::{AdsRequest, DeltaRequest};
 use xds_proto_core::{Code, ServerId, Status, StreamId};
 
@@ -53,13 +55,22 @@ pub(crate) enum TaskMessage {
     },
 }
 
-/// A request of either ADS variant, as the core emitted it.
+/// A request of either ADS variant or of LRS, as the core emitted it.
 #[derive(Debug)]
 pub(crate) enum Outgoing {
     /// On a SotW stream.
     Sotw(Box<AdsRequest>),
     /// On a delta stream.
     Delta(Box<DeltaRequest>),
+    /// On an LRS stream.
+    LoadReport(Box<LoadStatsRequest>),
+}
+
+/// What a stream carries: ADS (SotW or delta, as the server's config says) or LRS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamKind {
+    Ads,
+    LoadReport,
 }
 
 /// Encodes the core's requests; hands responses (`DiscoveryResponse` or
@@ -95,6 +106,10 @@ impl Encoder for AdsCodec {
             Outgoing::Delta(request) => {
                 dst.reserve(request.encoded_len());
                 request.encode(dst);
+            }
+            Outgoing::LoadReport(request) => {
+                dst.reserve(prost::Message::encoded_len(&*request));
+                prost::Message::encode_raw(&*request, dst);
             }
         }
         Ok(())
@@ -196,6 +211,7 @@ pub(crate) struct StreamTask<R> {
     pub(crate) server: ServerId,
     pub(crate) config: Arc<ServerConfig>,
     pub(crate) stream: StreamId,
+    pub(crate) kind: StreamKind,
     pub(crate) slot: Arc<ChannelSlot>,
     pub(crate) settings: Arc<TransportSettings>,
     pub(crate) requests: UnboundedReceiver<Outgoing>,
@@ -232,10 +248,10 @@ impl<R: Runtime> StreamTask<R> {
         let Some(mut grpc) = self.ready(conn).await else {
             return;
         };
-        let method = if self.config.is_delta() {
-            crate::DELTA_ADS_METHOD
-        } else {
-            crate::ADS_METHOD
+        let method = match self.kind {
+            StreamKind::LoadReport => crate::LRS_METHOD,
+            StreamKind::Ads if self.config.is_delta() => crate::DELTA_ADS_METHOD,
+            StreamKind::Ads => crate::ADS_METHOD,
         };
         let body = RequestStream {
             requests: self.requests,
@@ -352,6 +368,7 @@ mod tests {
         match request {
             Outgoing::Sotw(r) => r.type_url,
             Outgoing::Delta(r) => r.type_url,
+            Outgoing::LoadReport(_) => "lrs",
         }
     }
 

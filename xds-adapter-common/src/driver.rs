@@ -29,7 +29,7 @@ use xds_proto_core::{
     WatcherId, XdsClient,
 };
 
-use crate::ads::{Report, TaskMessage};
+use crate::ads::{Report, StreamKind, TaskMessage};
 use crate::config::{ConfigCommand, ConfigId, ConfigWatches};
 use crate::events::{ChannelEvent, EventSender};
 use crate::holds::Holds;
@@ -439,6 +439,7 @@ impl<R: Runtime> Driver<R> {
         // Reports of a stream the core has closed are stale: drop them.
         let Some(ReportEvent {
             server,
+            kind,
             event,
             span,
         }) = self.tasks.event(stream, &report)
@@ -451,6 +452,9 @@ impl<R: Runtime> Driver<R> {
         let _enter = span.enter();
         let event = match report {
             Report::Connecting | Report::Connected { .. } => return,
+            // The ADS stream reports the server's connectivity; an LRS stream's failed
+            // attempt is told by its close.
+            Report::ConnectFailed(_) if kind == StreamKind::LoadReport => return,
             Report::ConnectFailed(reason) => Event::ConnectivityFailure { server, reason },
             Report::Started => Event::StreamStarted { stream },
             Report::Sent => Event::RequestSent { stream },
@@ -489,6 +493,14 @@ impl<R: Runtime> Driver<R> {
             }
             Action::SendRequest { stream, request } => self.tasks.send(stream, request),
             Action::SendDeltaRequest { stream, request } => self.tasks.send_delta(stream, request),
+            Action::StartLoadReportStream {
+                server,
+                config,
+                stream,
+            } => self.tasks.start_load_reporting(server, config, stream),
+            Action::SendLoadReport { stream, request } => {
+                self.tasks.send_load_report(stream, request)
+            }
             Action::CloseStream { stream } => {
                 let status = self.why_closed(stream);
                 if let Some(event) = self.tasks.close(stream, status) {
@@ -530,11 +542,17 @@ impl<R: Runtime> Driver<R> {
         }
     }
 
-    /// Why the core closes `stream`. It does so for two reasons only: a response on the
-    /// stream that is no `DiscoveryResponse` (then that response is the input being
-    /// handled), or a server nothing is watched on any more.
+    /// Why the core closes `stream`. It does so for three reasons only: a response on
+    /// the stream that is no `DiscoveryResponse` (then that response is the input being
+    /// handled), a server nothing is watched on any more, or (an LRS stream) a server
+    /// no cluster reports load to any more.
     fn why_closed(&self, stream: StreamId) -> Status {
-        if self.responding == Some(stream) {
+        if self.tasks.kind(stream) == Some(StreamKind::LoadReport) {
+            Status::new(
+                Code::CANCELLED,
+                "closed by the client: no cluster reports load to this server any more",
+            )
+        } else if self.responding == Some(stream) {
             Status::new(
                 Code::INTERNAL,
                 "closed by the client: a response could not be decoded as a DiscoveryResponse",

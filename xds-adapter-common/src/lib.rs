@@ -111,3 +111,7 @@ pub const ADS_METHOD: &str =
 /// bootstrap entry says `"api_type": "AGGREGATED_DELTA_GRPC"`.
 pub const DELTA_ADS_METHOD: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+
+/// The gRPC method of the LRS stream (load reporting, gRFC A27), opened on the
+/// connection of the ADS stream to the same server.
+pub const LRS_METHOD: &str = "/envoy.service.load_stats.v3.LoadReportingService/StreamLoadStats";

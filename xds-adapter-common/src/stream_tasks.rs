@@ -1,8 +1,9 @@
-//! The driver's side of the ADS stream tasks: one spawned per `StartStream`, with its
-//! tracing span and request channel; requests handed over in order, each one's summary
-//! kept until the task reports it sent; the task aborted on `CloseStream`; each report
-//! turned into the channel event that tells it. The connection slots (one per server,
-//! which its successive streams share) are kept here too.
+//! The driver's side of the stream tasks: one spawned per `StartStream` (ADS) or
+//! `StartLoadReportStream` (LRS), with its tracing span and request channel; requests
+//! handed over in order, each ADS request's summary kept until the task reports it
+//! sent; the task aborted on `CloseStream`; each ADS report turned into the channel
+//! event that tells it (LRS streams are only logged). The connection slots (one per
+//! server, which its successive streams, ADS and LRS, share) are kept here too.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -12,9 +13,10 @@ use futures::channel::mpsc::{self, Sender, UnboundedSender};
 use futures::future::{AbortHandle, Abortable};
 use tracing::Instrument;
 use xds_proto_core::bootstrap::ServerConfig;
+use xds_proto_core::pb::envoy::service::load_stats::v3::LoadStatsRequest;
 use xds_proto_core::{AdsRequest, DeltaRequest, ServerId, Status, StreamId};
 
-use crate::ads::{Outgoing, Report, StreamTask, TaskMessage};
+use crate::ads::{Outgoing, Report, StreamKind, StreamTask, TaskMessage};
 use crate::events::{ChannelEvent, DeltaSent};
 use crate::runtime::Runtime;
 use crate::transport::{ChannelSlot, TransportSettings};
@@ -62,6 +64,18 @@ fn delta_sent(
     }
 }
 
+/// Logs what happens to an LRS stream (which tells channel-event subscribers nothing).
+fn log_load_report_stream(report: &Report) {
+    match report {
+        Report::ConnectFailed(reason) => {
+            tracing::debug!(reason = %reason, "LRS stream: connection attempt failed")
+        }
+        Report::Closed(status) => tracing::info!(status = %status, "LRS stream closed"),
+        Report::Response(bytes) => tracing::debug!(bytes = bytes.len(), "LRS response received"),
+        other => tracing::trace!(report = ?other, "LRS stream"),
+    }
+}
+
 /// Logs a request's `RequestSent` event as the request is queued or sent (`what`).
 fn log_request(event: &ChannelEvent, what: &str) {
     if let ChannelEvent::RequestSent {
@@ -89,6 +103,7 @@ fn log_request(event: &ChannelEvent, what: &str) {
 struct StreamEntry {
     server: ServerId,
     server_uri: Arc<str>,
+    kind: StreamKind,
     requests: UnboundedSender<Outgoing>,
     abort: AbortHandle,
     /// The queued requests' `RequestSent` events, oldest first.
@@ -109,6 +124,8 @@ impl StreamEntry {
 /// A stream task's report as [`StreamTasks::event`] turns it.
 pub(crate) struct ReportEvent {
     pub(crate) server: ServerId,
+    /// What the stream carries.
+    pub(crate) kind: StreamKind,
     /// What to tell the channel-event subscribers.
     pub(crate) event: Option<ChannelEvent>,
     /// The stream's span, for what the core does with the report.
@@ -149,7 +166,8 @@ impl<R: Runtime> StreamTasks<R> {
         }
     }
 
-    /// Spawns the task of `stream` to `server`; returns the event announcing it.
+    /// Spawns the task of the ADS stream `stream` to `server`; returns the event
+    /// announcing it.
     pub(crate) fn start(
         &mut self,
         server: ServerId,
@@ -159,12 +177,44 @@ impl<R: Runtime> StreamTasks<R> {
         let server_uri: Arc<str> = Arc::from(config.server_uri.as_str());
         let span = tracing::info_span!("xds_ads_stream", server = %server_uri, stream = %stream);
         span.in_scope(|| tracing::debug!("opening ADS stream"));
+        self.spawn(server, config, stream, StreamKind::Ads, span);
+        ChannelEvent::StreamRequested {
+            server,
+            server_uri,
+            stream,
+        }
+    }
+
+    /// Spawns the task of the LRS stream `stream` to `server`, on the connection its
+    /// ADS streams use.
+    pub(crate) fn start_load_reporting(
+        &mut self,
+        server: ServerId,
+        config: Arc<ServerConfig>,
+        stream: StreamId,
+    ) {
+        let span =
+            tracing::info_span!("xds_lrs_stream", server = %config.server_uri, stream = %stream);
+        span.in_scope(|| tracing::debug!("opening LRS stream"));
+        self.spawn(server, config, stream, StreamKind::LoadReport, span);
+    }
+
+    fn spawn(
+        &mut self,
+        server: ServerId,
+        config: Arc<ServerConfig>,
+        stream: StreamId,
+        kind: StreamKind,
+        span: tracing::Span,
+    ) {
+        let server_uri: Arc<str> = Arc::from(config.server_uri.as_str());
         let (requests_tx, requests) = mpsc::unbounded();
         let task = StreamTask {
             rt: self.rt.clone(),
             server,
             config,
             stream,
+            kind,
             slot: self.channels.entry(server).or_default().clone(),
             settings: self.settings.clone(),
             requests,
@@ -178,18 +228,14 @@ impl<R: Runtime> StreamTasks<R> {
         self.rt.spawn(Box::pin(fut));
         let entry = StreamEntry {
             server,
-            server_uri: server_uri.clone(),
+            server_uri,
+            kind,
             requests: requests_tx,
             abort,
             queued: VecDeque::new(),
             span,
         };
         self.streams.insert(stream, entry);
-        ChannelEvent::StreamRequested {
-            server,
-            server_uri,
-            stream,
-        }
     }
 
     /// Hands a SotW request to its stream's task.
@@ -208,12 +254,29 @@ impl<R: Runtime> StreamTasks<R> {
         }
     }
 
+    /// Hands a `LoadStatsRequest` to its LRS stream's task.
+    pub(crate) fn send_load_report(&mut self, stream: StreamId, request: Box<LoadStatsRequest>) {
+        if let Some(entry) = self.streams.get_mut(&stream) {
+            let reports = request.cluster_stats.len();
+            (entry.span).in_scope(|| tracing::debug!(clusters = reports, "load report queued"));
+            let _ = entry.requests.unbounded_send(Outgoing::LoadReport(request));
+        }
+    }
+
+    /// What `stream` carries, while it is open.
+    pub(crate) fn kind(&self, stream: StreamId) -> Option<StreamKind> {
+        self.streams.get(&stream).map(|e| e.kind)
+    }
+
     /// Aborts the task of `stream`, which the client closes for `status`; returns the
-    /// event telling it, if the stream was open.
+    /// event telling it, if the stream was open (and an ADS stream).
     pub(crate) fn close(&mut self, stream: StreamId, status: Status) -> Option<ChannelEvent> {
         let entry = self.streams.remove(&stream)?;
-        (entry.span).in_scope(|| tracing::debug!(%status, "closing ADS stream"));
+        (entry.span).in_scope(|| tracing::debug!(%status, "closing stream"));
         entry.abort.abort();
+        if entry.kind == StreamKind::LoadReport {
+            return None;
+        }
         Some(ChannelEvent::StreamClosed {
             server: entry.server,
             server_uri: entry.server_uri,
@@ -235,8 +298,20 @@ impl<R: Runtime> StreamTasks<R> {
     /// `Closed` report forgets the stream.
     pub(crate) fn event(&mut self, stream: StreamId, report: &Report) -> Option<ReportEvent> {
         let entry = self.streams.get_mut(&stream)?;
-        let (server, server_uri) = (entry.server, entry.server_uri.clone());
+        let (server, server_uri, kind) = (entry.server, entry.server_uri.clone(), entry.kind);
         let span = entry.span.clone();
+        if kind == StreamKind::LoadReport {
+            span.in_scope(|| log_load_report_stream(report));
+            if matches!(report, Report::Closed(_)) {
+                self.streams.remove(&stream);
+            }
+            return Some(ReportEvent {
+                server,
+                kind,
+                event: None,
+                span,
+            });
+        }
         let _enter = span.enter();
         let event = match report {
             Report::Connecting => {
@@ -296,6 +371,7 @@ impl<R: Runtime> StreamTasks<R> {
         drop(_enter);
         Some(ReportEvent {
             server,
+            kind,
             event,
             span,
         })

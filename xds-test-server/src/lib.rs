@@ -17,7 +17,10 @@
 //!   every response ([`LoopbackServer::responses`]);
 //! - on delta, a version per resource (the snapshot version at which its bytes last
 //!   changed), only the difference sent, and istiod's deviations on request
-//!   ([`DeltaQuirks`], [`LoopbackServer::set_delta_quirks`]).
+//!   ([`DeltaQuirks`], [`LoopbackServer::set_delta_quirks`]);
+//! - an LRS service (`StreamLoadStats`) that records every load report and asks for
+//!   the clusters and interval the test sets ([`LoopbackServer::set_load_reporting`],
+//!   [`LoopbackServer::load_reports`]).
 //!
 //! Like real control planes, it answers a burst of requests with one response per
 //! type: requests that are already waiting are all read before it responds.
@@ -34,8 +37,9 @@
 //! exported metrics from.
 //!
 //! [`resources`] builds valid (and deliberately invalid) Envoy resources, and [`demo`]
-//! holds the small mesh the CLI's demo serves. [`suite`] and [`config_suite`] are the
-//! adapters' integration scenarios, written once for any runtime. The `tls` feature
+//! holds the small mesh the CLI's demo serves. [`suite`], [`config_suite`],
+//! [`channel_suite`] and [`lrs_suite`] are the adapters' integration scenarios, written
+//! once for any runtime. The `tls` feature
 //! adds the `tls` module (a throwaway PKI built with rcgen, for tests only) and the TLS
 //! scenario; the CLI leaves it off.
 
@@ -49,6 +53,8 @@ mod delta;
 pub mod demo;
 pub mod echo;
 mod host;
+mod lrs;
+pub mod lrs_suite;
 pub mod ports;
 pub mod proxy;
 mod record;
@@ -63,6 +69,7 @@ pub mod suite;
 pub mod tls;
 
 pub use delta::DeltaQuirks;
+pub use lrs::{LoadReportingSettings, RecordedLoadReport};
 pub use proxy::FaultProxy;
 pub use record::{DeltaFields, RecordedRequest, RecordedResponse, RequestKind, ServerStats};
 pub use server::LoopbackServer;

@@ -131,6 +131,8 @@ impl State {
 
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// The LRS service's settings and record (see `lrs`).
+    lrs: Mutex<crate::lrs::LrsState>,
     /// Bumped on every change of the snapshot or of the record; streams and waiters
     /// watch it.
     pub(crate) generation: watch::Sender<u64>,
@@ -140,6 +142,10 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lock_lrs(&self) -> MutexGuard<'_, crate::lrs::LrsState> {
+        self.lrs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn bump(&self) {
@@ -155,7 +161,7 @@ struct Running {
 
 /// A scriptable ADS management server on 127.0.0.1. See the crate documentation.
 pub struct LoopbackServer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     addr: SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     host: Host,
@@ -208,6 +214,7 @@ impl LoopbackServer {
         let server = LoopbackServer {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
+                lrs: Mutex::default(),
                 generation: watch::channel(0).0,
                 next_stream: AtomicU64::new(1),
             }),

@@ -1,5 +1,6 @@
 //! The loopback server's HTTP/2 side: one connection served by hyper, and the gRPC
-//! service that routes the two ADS methods (SotW and delta) to their sessions.
+//! service that routes the two ADS methods (SotW and delta) to their sessions and LRS
+//! to its own (`lrs`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,9 +35,10 @@ const ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 const DELTA_ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+const LRS_PATH: &str = "/envoy.service.load_stats.v3.LoadReportingService/StreamLoadStats";
 
-/// The HTTP service: routes the two ADS methods (SotW and delta), answers everything
-/// else UNIMPLEMENTED.
+/// The HTTP service: routes the two ADS methods (SotW and delta) and LRS, answers
+/// everything else UNIMPLEMENTED.
 #[derive(Clone)]
 pub(crate) struct AdsService {
     pub(crate) shared: Arc<Shared>,
@@ -56,6 +58,7 @@ impl tower_service::Service<http::Request<hyper::body::Incoming>> for AdsService
         match request.uri().path() {
             ADS_PATH => serve_stream::<SotwSession>(shared, request).boxed(),
             DELTA_ADS_PATH => serve_stream::<DeltaSession>(shared, request).boxed(),
+            LRS_PATH => async move { Ok(crate::lrs::serve(shared, request).await) }.boxed(),
             path => {
                 let status = tonic::Status::unimplemented(format!("no method {path}"));
                 async move { Ok(status.into_http()) }.boxed()
