@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use xds_proto_core::Code;
 use xds_proto_core::Status;
 use xds_proto_core::client::{Action, Event, StreamId};
 use xds_proto_core::dependency::XdsConfig;
+use xds_proto_core::dependency::XdsDependencyManager;
 use xds_proto_core::lb::{
     CallOutcome, CallToken, ConnectivityState, LbAction, LbSettings, LoadBalancer, Pick, PickArgs,
 };
@@ -25,6 +25,7 @@ use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint_pb;
 use xds_proto_core::pb::envoy::service::load_stats::v3::{LoadStatsRequest, LoadStatsResponse};
 use xds_proto_core::pb::google::protobuf::{Any, Duration as PbDuration};
 use xds_proto_core::prost::Message;
+use xds_proto_core::{Code, ServerId};
 use xds_proto_tests::fixtures_routes::*;
 use xds_proto_tests::{CDS, EDS, LDS, RDS, lrs_response};
 
@@ -639,4 +640,64 @@ fn no_counters_for_a_cluster_no_server_sent() {
     assert!(d.h.client.cluster_load_stats("never-seen", None).is_none());
     d.pump();
     assert!(d.lrs.is_empty());
+}
+
+/// The channel to the server stays while load is reported to it: when the last watch
+/// goes (the dependency manager stops) but a load balancer still holds the cluster's
+/// counters, ADS closes its stream without dropping the channel; reports go on, and
+/// the channel is dropped once the last report is sent and the LRS stream closes.
+#[test]
+fn the_channel_stays_while_load_is_reported_and_goes_with_the_last_report() {
+    let mut run = Run::start(
+        &[("c", 1)],
+        vec![load_reporting_cluster("c", None)],
+        vec![assignment("c", &["z0"], &[])],
+    );
+    let stream = run.lrs_stream();
+    run.respond(stream, &lrs_response(&[], secs(10)));
+    run.d.dm.stop(&mut run.d.h.client);
+    run.d.dm = XdsDependencyManager::new(LISTENER, "svc.example.com");
+    run.d.pump();
+    let server = ServerId::from_raw(0);
+    assert_eq!(run.d.h.client.current_stream(server), None, "ADS closed");
+    assert!(
+        run.d.dropped_channels.is_empty(),
+        "LRS still uses the channel"
+    );
+    let (port, call) = run
+        .call("c")
+        .expect("the load balancer still has the cluster");
+    run.d.advance(secs(10));
+    let report = run.report(stream);
+    let z0 = &report.cluster_stats[0].upstream_locality_stats[0];
+    assert_eq!(
+        (z0.total_issued_requests, z0.total_requests_in_progress),
+        (2, 1)
+    );
+    run.expect_no_lrs();
+
+    // The load balancer and the config let the counters go; the call still holds its
+    // locality's until it ends.
+    let now = run.d.h.now;
+    run.lb.update_clusters(now, &BTreeMap::new());
+    let mut bare = XdsConfig::clone(&run.config);
+    for cluster in bare.clusters.values_mut().flatten() {
+        cluster.load_stats = None;
+    }
+    run.config = Arc::new(bare);
+    run.d.advance(secs(10));
+    let _ = run.report(stream);
+    run.expect_no_lrs();
+    run.end(port, call, CallOutcome::Success, &[]);
+    run.d.advance(secs(10));
+    let last = run.report(stream);
+    let z0 = &last.cluster_stats[0].upstream_locality_stats[0];
+    assert_eq!(
+        (z0.total_successful_requests, z0.total_requests_in_progress),
+        (1, 0)
+    );
+    assert!(
+        matches!(run.d.lrs.pop_front(), Some(Action::CloseStream { stream: s }) if s == stream)
+    );
+    assert_eq!(run.d.dropped_channels, [server]);
 }

@@ -8,7 +8,8 @@
 //! - [`decode_response`]: the bytes as a `DiscoveryResponse` of every built-in type, as
 //!   one resource of every type, and through each type's decoder, into a client with
 //!   watches on a connected stream; then the same as a `DeltaDiscoveryResponse` into a
-//!   client on a delta stream.
+//!   client on a delta stream; then as the `LoadStatsResponse` of a client's LRS
+//!   stream, bounded input (`lrs`).
 //! - [`bootstrap`]: the bytes as bootstrap JSON; whatever parses must round-trip through
 //!   [`bootstrap_json::to_json`] and take watches.
 //! - [`lb`]: arbitrary CDS and EDS resources through the decoders, then subchannel
@@ -28,6 +29,8 @@ use xds_proto_core::pb::envoy::service::discovery::v3::{
 use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::{builtin_types, type_url};
 use xds_proto_core::{Bootstrap, Code, Instant, Status};
+
+mod lrs;
 
 use super::check::{CheckOptions, CheckedClient, Violation};
 use super::server::{SIM_TYPES, garbage_any, invalid_any, valid_any};
@@ -440,6 +443,7 @@ pub fn decode_response(data: &[u8]) {
         let _ = ty.decode(data);
     }
     check(run_decode_response(data));
+    lrs::decode_load_stats_response(data);
 }
 
 fn run_decode_response(data: &[u8]) -> Result<(), Violation> {
@@ -531,6 +535,32 @@ pub fn bootstrap(data: &[u8]) {
     }
 }
 
+/// `LoadStatsResponse`s: the cluster by name with a 2 s interval, every cluster with
+/// none (zero), and a list of 20,000 names with an interval of ten thousand years.
+fn lrs_seeds() -> Vec<Vec<u8>> {
+    use xds_proto_core::pb::envoy::service::load_stats::v3::LoadStatsResponse;
+    use xds_proto_core::pb::google::protobuf::Duration as PbDuration;
+    let interval = |seconds| Some(PbDuration { seconds, nanos: 0 });
+    let named = LoadStatsResponse {
+        clusters: vec!["c".into(), "d".into()],
+        load_reporting_interval: interval(2),
+        ..Default::default()
+    };
+    let all = LoadStatsResponse {
+        send_all_clusters: true,
+        ..Default::default()
+    };
+    let huge = LoadStatsResponse {
+        clusters: (0..20_000).map(|i| format!("cluster-{i}")).collect(),
+        load_reporting_interval: interval(315_576_000_000),
+        ..Default::default()
+    };
+    [named, all, huge]
+        .iter()
+        .map(|r| r.encode_to_vec())
+        .collect()
+}
+
 /// Starting inputs for each target (`(target, bytes)`), written to `fuzz/corpus/` by
 /// the ignored test `write_seed_corpus` and replayed by `cargo test`.
 pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
@@ -583,5 +613,6 @@ pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
     for len in [32usize, 128, 512, 2048] {
         out.push(("lb", (0..len).map(|_| rng.next_u64() as u8).collect()));
     }
+    out.extend(lrs_seeds().into_iter().map(|s| ("decode_response", s)));
     out
 }

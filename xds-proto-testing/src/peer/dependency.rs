@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
-use xds_proto_core::XdsError;
 use xds_proto_core::client::{Action, Event, Notification, StreamId};
 use xds_proto_core::dependency::{XdsConfig, XdsDependencyManager};
 use xds_proto_core::pb::google::protobuf::Any;
+use xds_proto_core::{ServerId, XdsError};
 
 use super::{Harness, Req, response};
 
@@ -36,6 +36,8 @@ pub struct DmDriver {
     /// The client's load-reporting actions (LRS streams started, requests, closes),
     /// in order, for the test to play the LRS server with.
     pub lrs: VecDeque<Action>,
+    /// The servers whose channel the client dropped, in order.
+    pub dropped_channels: Vec<ServerId>,
     nonce: u64,
 }
 
@@ -51,6 +53,7 @@ impl DmDriver {
             others: Vec::new(),
             updates: Vec::new(),
             lrs: VecDeque::new(),
+            dropped_channels: Vec::new(),
             nonce: 0,
         };
         d.dm.start(&mut d.h.client)
@@ -88,7 +91,8 @@ impl DmDriver {
             Action::CloseStream { stream } if Some(stream) != self.stream => {
                 self.lrs.push_back(action)
             }
-            Action::CloseStream { .. } | Action::DropChannel { .. } => {}
+            Action::DropChannel { server } => self.dropped_channels.push(server),
+            Action::CloseStream { .. } => {}
             other => panic!("unexpected action {other:?}"),
         }
     }
