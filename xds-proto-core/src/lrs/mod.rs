@@ -13,7 +13,7 @@
 //! - `stream`: one server's stream as a state machine (settings, report timer,
 //!   A57-style reopening with backoff);
 //! - `response` and `report`: the messages, the response read as bounded input;
-//! - this module: [`LoadReporting`], which routes the client's inputs to them and
+//! - this module: `LoadReporting`, which routes the client's inputs to them and
 //!   opens and closes the streams as clusters come and go.
 //!
 //! The client's vocabulary is reused: `Action::StartLoadReportStream`,
