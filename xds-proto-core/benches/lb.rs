@@ -1,6 +1,8 @@
 //! Load-balancer pick cost over 1,000 READY endpoints: `round_robin` (one locality, so
 //! the weighted-locality step runs too), `ring_hash` (A42, a 2,000-entry ring for 1,000
-//! equal weights) and `least_request` (A48, two choices).
+//! equal weights) and `least_request` (A48, two choices); and `round_robin` on a cluster
+//! that reports its load (LRS: the pick also finds the endpoint's locality counters and
+//! counts the call, its end counts the outcome).
 //!
 //! Each measured pick is a full [`LoadBalancer::pick`]: the cluster looked up by name,
 //! drops, circuit breaker, priority, locality and the endpoint policy, returning the
@@ -25,6 +27,7 @@ use xds_proto_core::dependency::{ClusterConfig, ClusterResolution};
 use xds_proto_core::lb::{
     CallOutcome, ConnectivityState, LbAction, LbSettings, LoadBalancer, Pick, PickArgs,
 };
+use xds_proto_core::lrs::ClusterLoadStats;
 use xds_proto_core::resource::{
     ClusterResource, ClusterType, Endpoint, EndpointsResource, HealthStatus, LbPolicy, Locality,
     LocalityEndpoints, Priority,
@@ -41,8 +44,9 @@ fn address(i: u16) -> SocketAddr {
     SocketAddr::from(([10, (i >> 8) as u8, i as u8, 1], 8080))
 }
 
-/// A load balancer with one cluster of 1,000 READY endpoints under `policy`.
-fn ready_lb(policy: LbPolicy) -> LoadBalancer {
+/// A load balancer with one cluster of 1,000 READY endpoints under `policy`, counting
+/// its load for LRS when `lrs`.
+fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
     let endpoints = (0..ENDPOINTS)
         .map(|i| Endpoint {
             address: address(i),
@@ -67,14 +71,14 @@ fn ready_lb(policy: LbPolicy) -> LoadBalancer {
         name: CLUSTER.into(),
         cluster_type: ClusterType::Eds { service_name: None },
         lb_policy: policy,
-        lrs_server: false,
+        lrs_server: lrs,
         // Calls are left open in the pick-only measurement.
         max_requests: u32::MAX,
         tls: None,
         outlier_detection: None,
     };
     let config = ClusterConfig {
-        load_stats: None,
+        load_stats: lrs.then(|| ClusterLoadStats::new(CLUSTER, None)),
         cluster: Arc::new(cluster),
         children: ClusterResolution::Endpoints {
             service_name: CLUSTER.into(),
@@ -120,23 +124,30 @@ impl SplitMix {
     }
 }
 
-fn policies() -> [(&'static str, LbPolicy); 3] {
+/// The policies measured, by name, and whether the cluster reports its load.
+fn policies() -> [(&'static str, LbPolicy, bool); 4] {
     [
-        ("round_robin", LbPolicy::RoundRobin),
+        ("round_robin", LbPolicy::RoundRobin, false),
+        ("round_robin+lrs", LbPolicy::RoundRobin, true),
         (
             "ring_hash",
             LbPolicy::RingHash {
                 min_ring_size: 1024,
                 max_ring_size: 8 * 1024 * 1024,
             },
+            false,
         ),
-        ("least_request", LbPolicy::LeastRequest { choice_count: 2 }),
+        (
+            "least_request",
+            LbPolicy::LeastRequest { choice_count: 2 },
+            false,
+        ),
     ]
 }
 
 fn report_allocations() {
-    for (name, policy) in policies() {
-        let mut lb = ready_lb(policy);
+    for (name, policy, lrs) in policies() {
+        let mut lb = ready_lb(policy, lrs);
         let mut rng = SplitMix(11);
         let before = alloc::allocations();
         for _ in 0..100_000 {
@@ -171,8 +182,8 @@ fn bench(c: &mut Criterion) {
             black_box(addresses[next])
         })
     });
-    for (name, policy) in policies() {
-        let mut lb = ready_lb(policy);
+    for (name, policy, lrs) in policies() {
+        let mut lb = ready_lb(policy.clone(), lrs);
         let mut rng = SplitMix(5);
         group.bench_function(format!("{name}/pick"), |b| {
             b.iter(|| {
@@ -183,7 +194,7 @@ fn bench(c: &mut Criterion) {
                 black_box(lb.pick(Instant::ZERO, black_box(CLUSTER), &args))
             })
         });
-        let mut lb = ready_lb(policies().into_iter().find(|p| p.0 == name).unwrap().1);
+        let mut lb = ready_lb(policy, lrs);
         group.bench_function(format!("{name}/pick+finish"), |b| {
             b.iter(|| {
                 let args = PickArgs {

@@ -6,8 +6,8 @@
 //! uncategorized drop.
 //!
 //! Everything a pick needs is resolved when the config arrives: per leaf cluster that
-//! reports its load, each address's locality counters (a sorted list searched by
-//! address) and each drop category's counter. A call holds its locality's counters
+//! reports its load, each address's locality counters (one hash lookup, none for a
+//! cluster with one locality) and each drop category's counter. A call holds its locality's counters
 //! through a slot until it ends, so a call in flight when its cluster changes or goes
 //! still ends where it started: calls in progress never leak.
 
@@ -50,24 +50,19 @@ struct Slot {
 struct LeafLoad {
     stats: ClusterLoadStats,
     drops: Vec<(Box<str>, DropCounter)>,
-    /// Every address of the cluster's endpoints with its locality's slot, sorted by
-    /// address (an address listed twice counts in its first locality).
-    by_address: Vec<(SocketAddr, u32)>,
-    /// A LOGICAL_DNS cluster's one locality (unnamed), whatever the address.
-    any_address: Option<u32>,
+    /// Every address of the cluster's endpoints with its locality's slot (an address
+    /// listed twice counts in its first locality).
+    by_address: DetHashMap<SocketAddr, u32>,
+    /// The slot of every address when the cluster has one locality (a LOGICAL_DNS
+    /// cluster's is unnamed): no lookup.
+    only: Option<u32>,
     /// The slots the leaf holds, one per locality.
     held: Vec<u32>,
 }
 
 impl LeafLoad {
     fn slot_of(&self, address: SocketAddr) -> Option<u32> {
-        if self.any_address.is_some() {
-            return self.any_address;
-        }
-        let i = (self.by_address)
-            .binary_search_by_key(&address, |(a, _)| *a)
-            .ok()?;
-        Some(self.by_address[i].1)
+        self.only.or_else(|| self.by_address.get(&address).copied())
     }
 }
 
@@ -112,8 +107,8 @@ impl LoadReports {
         let mut leaf = LeafLoad {
             stats: stats.clone(),
             drops: Vec::new(),
-            by_address: Vec::new(),
-            any_address: None,
+            by_address: DetHashMap::default(),
+            only: None,
             held: Vec::new(),
         };
         match &config.children {
@@ -135,17 +130,20 @@ impl LoadReports {
                     for endpoint in &locality.endpoints {
                         let addresses = std::iter::once(endpoint.address)
                             .chain(endpoint.additional_addresses.iter().copied());
-                        leaf.by_address.extend(addresses.map(|a| (a, slot)));
+                        for address in addresses {
+                            leaf.by_address.entry(address).or_insert(slot);
+                        }
                     }
                 }
-                // Stable: an address listed twice keeps its first locality.
-                leaf.by_address.sort_by_key(|(a, _)| *a);
-                leaf.by_address.dedup_by_key(|(a, _)| *a);
+                if let [only] = leaf.held[..] {
+                    leaf.only = Some(only);
+                    leaf.by_address = DetHashMap::default();
+                }
             }
             ClusterResolution::LogicalDns { .. } => {
                 let slot = self.hold(stats.locality(&Locality::default()));
                 leaf.held.push(slot);
-                leaf.any_address = Some(slot);
+                leaf.only = Some(slot);
             }
             _ => {}
         }

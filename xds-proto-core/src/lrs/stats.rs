@@ -42,12 +42,17 @@ pub struct NamedMetric {
 
 /// The load counters of one locality of a cluster: calls issued, succeeded, failed
 /// and in progress, and the A64 named metrics of the calls that ended.
+///
+/// The three call counters only grow (one atomic add per call start and per call
+/// end); a snapshot reports what they grew by since the last one, and the calls in
+/// progress are the issued ones that have not ended.
 pub struct LocalityLoadStats {
     locality: Locality,
     issued: AtomicU64,
     succeeded: AtomicU64,
     errored: AtomicU64,
-    in_progress: AtomicU64,
+    /// The three counters at the last snapshot.
+    reported: Mutex<[u64; 3]>,
     /// Names with their sums since the last report; a name stays (at zero) once seen,
     /// so that a backend reporting the same names allocates nothing after the first.
     named: Mutex<Vec<NamedMetric>>,
@@ -57,7 +62,7 @@ impl fmt::Debug for LocalityLoadStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalityLoadStats")
             .field("locality", &self.locality)
-            .field("in_progress", &self.in_progress.load(Ordering::Relaxed))
+            .field("in_progress", &self.in_progress())
             .finish_non_exhaustive()
     }
 }
@@ -69,7 +74,7 @@ impl LocalityLoadStats {
             issued: AtomicU64::new(0),
             succeeded: AtomicU64::new(0),
             errored: AtomicU64::new(0),
-            in_progress: AtomicU64::new(0),
+            reported: Mutex::new([0; 3]),
             named: Mutex::new(Vec::new()),
         }
     }
@@ -82,7 +87,13 @@ impl LocalityLoadStats {
     /// A call was sent to an endpoint of this locality.
     pub fn call_started(&self) {
         self.issued.fetch_add(1, Ordering::Relaxed);
-        self.in_progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The calls started and not ended. The ends are read first: a call ends after it
+    /// starts, so a call counted ended is counted started too.
+    fn in_progress(&self) -> u64 {
+        let ended = self.succeeded.load(Ordering::Acquire) + self.errored.load(Ordering::Acquire);
+        self.issued.load(Ordering::Acquire).saturating_sub(ended)
     }
 
     /// A call [`call_started`](Self::call_started) here ended: `ok` when its status was
@@ -95,9 +106,7 @@ impl LocalityLoadStats {
         named_metrics: impl IntoIterator<Item = (&'a str, f64)>,
     ) {
         let outcome = if ok { &self.succeeded } else { &self.errored };
-        outcome.fetch_add(1, Ordering::Relaxed);
-        let _ = (self.in_progress)
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        outcome.fetch_add(1, Ordering::Release);
         let mut metrics = named_metrics.into_iter().peekable();
         if metrics.peek().is_none() {
             return;
@@ -126,12 +135,17 @@ impl LocalityLoadStats {
             m.total = 0.0;
         }
         named_metrics.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut reported = lock(&self.reported);
+        let ended = [&self.succeeded, &self.errored].map(|c| c.load(Ordering::Acquire));
+        let now = [self.issued.load(Ordering::Acquire), ended[0], ended[1]];
+        let [issued, succeeded, errored] = [0, 1, 2].map(|i| now[i].wrapping_sub(reported[i]));
+        *reported = now;
         LocalitySnapshot {
             locality: self.locality.clone(),
-            issued: take(&self.issued),
-            succeeded: take(&self.succeeded),
-            errored: take(&self.errored),
-            in_progress: self.in_progress.load(Ordering::Relaxed),
+            issued,
+            succeeded,
+            errored,
+            in_progress: now[0].saturating_sub(now[1] + now[2]),
             named_metrics,
         }
     }
@@ -236,7 +250,10 @@ impl PartialEq for ClusterLoadStats {
 }
 
 impl ClusterLoadStats {
-    pub(crate) fn new(cluster: &str, eds_service_name: Option<&str>) -> ClusterLoadStats {
+    /// Counters no client reports: the `XdsClient` makes its own (see
+    /// `XdsClient::cluster_load_stats`); this is for an embedder that runs the load
+    /// balancer without it and reads the counters itself, and for tests.
+    pub fn new(cluster: &str, eds_service_name: Option<&str>) -> ClusterLoadStats {
         ClusterLoadStats(Arc::new(ClusterInner {
             cluster: Arc::from(cluster),
             eds_service_name: eds_service_name.map(Arc::from),

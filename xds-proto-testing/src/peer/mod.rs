@@ -4,9 +4,9 @@
 //! asserts the exact requests the client sends ([`Req`]) and the exact notifications
 //! its watchers get; on a delta stream, [`DeltaReq`] and `expect_delta_request` /
 //! `respond_delta`; on an LRS stream, `connect_lrs`, `expect_load_report` and
-//! `respond_lrs` (with [`lrs_response`]). [`DmDriver`] runs a dependency manager the same way against an
-//! automatic server, and [`SplitMix`], [`Scripted`] and [`Fixed`] are random sources
-//! for the config selector.
+//! `respond_lrs` (with [`lrs_response`]). [`DmDriver`] runs a dependency manager the
+//! same way against an automatic server, and [`SplitMix`], [`Scripted`] and [`Fixed`]
+//! are random sources for the config selector.
 
 use std::collections::VecDeque;
 use std::time::Duration;
