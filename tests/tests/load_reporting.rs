@@ -95,16 +95,21 @@ impl Run {
             if let Some((port, call)) = self.call(cluster) {
                 return self.end(port, call, CallOutcome::Success, &[]);
             }
-            let now = self.d.h.now;
-            while let Some(action) = self.lb.poll_action() {
-                if let LbAction::Connect { subchannel, .. } = action {
-                    let lb = &mut self.lb;
-                    lb.subchannel_state(now, subchannel, ConnectivityState::Connecting);
-                    lb.subchannel_state(now, subchannel, ConnectivityState::Ready);
-                }
-            }
+            self.ready_every_connection_asked_for();
         }
         panic!("{cluster} does not become ready");
+    }
+
+    /// Reports every connection the load balancer asks for ready.
+    fn ready_every_connection_asked_for(&mut self) {
+        let now = self.d.h.now;
+        while let Some(action) = self.lb.poll_action() {
+            if let LbAction::Connect { subchannel, .. } = action {
+                let lb = &mut self.lb;
+                lb.subchannel_state(now, subchannel, ConnectivityState::Connecting);
+                lb.subchannel_state(now, subchannel, ConnectivityState::Ready);
+            }
+        }
     }
 
     /// A pick, counted: a call issued (and in progress) at its endpoint's port, or a
@@ -700,4 +705,49 @@ fn the_channel_stays_while_load_is_reported_and_goes_with_the_last_report() {
         matches!(run.d.lrs.pop_front(), Some(Action::CloseStream { stream: s }) if s == stream)
     );
     assert_eq!(run.d.dropped_channels, [server]);
+}
+
+/// New endpoints take effect for counting with the update that brings them: a new
+/// locality counts from then on, and a call started before the update ends where it
+/// started.
+#[test]
+fn a_new_locality_counts_from_the_update_that_brings_it() {
+    let mut run = Run::start(
+        &[("c", 1)],
+        vec![load_reporting_cluster("c", None)],
+        vec![assignment("c", &["z0"], &[])],
+    );
+    let stream = run.lrs_stream();
+    run.respond(stream, &lrs_response(&[], secs(10)));
+    let (port, call) = run.call("c").expect("a call in z0");
+    assert_eq!(port, 8000);
+    run.d
+        .respond(EDS, "2", vec![assignment("c", &["z0", "z1"], &[])]);
+    let config = run.d.expect_config();
+    let now = run.d.h.now;
+    run.lb.update(now, &config);
+    run.config = config;
+    run.end(port, call, CallOutcome::Failure, &[]);
+    for _ in 0..100 {
+        if run.counted.get(&8001).is_some_and(|c| c.issued >= 3) {
+            break;
+        }
+        run.ready_every_connection_asked_for();
+        if let Some((port, call)) = run.call("c") {
+            run.end(port, call, CallOutcome::Success, &[]);
+        }
+    }
+    assert!(run.counted[&8001].issued >= 3, "z1 is picked");
+    run.d.advance(secs(10));
+    let report = run.report(stream);
+    let got = &report.cluster_stats[0].upstream_locality_stats;
+    let want = vec![
+        run.counted[&8000].stats("z0"),
+        run.counted[&8001].stats("z1"),
+    ];
+    assert_eq!(*got, want);
+    assert_eq!(
+        got[0].total_error_requests, 1,
+        "the call from before the update"
+    );
 }
