@@ -6,15 +6,13 @@
 //! unanswered (the client's does-not-exist timer decides), as delta servers do.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use xds_proto_core::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
 };
 
-use super::{
-    ManagementServer, SimResource, all_required, canonical, garbage_any, invalid_any, valid_any,
-};
-use crate::resources::resource_error;
+use super::{Body, Held, ManagementServer, SimResource, all_required, garbage_any, type_key};
 
 /// One type on one delta stream.
 #[derive(Clone, Debug, Default)]
@@ -36,12 +34,18 @@ pub(super) struct DeltaStream {
 }
 
 /// The version the server gives a resource: its content's, so that a restarted server
-/// never gives different content an old version.
-fn version_of(resource: SimResource) -> String {
+/// never gives different content an old version. A given resource's is a hash of its
+/// type URL and bytes (`DefaultHasher::new()` has fixed keys: the same in every run).
+fn version_of(resource: &Held) -> String {
     match resource {
-        SimResource::Valid(g) => format!("g{g}"),
-        SimResource::Invalid => "invalid".to_string(),
-        SimResource::Error(code) => format!("error-{}", code.0),
+        Held::Sim(SimResource::Valid(g)) => format!("g{g}"),
+        Held::Sim(SimResource::Invalid) => "invalid".to_string(),
+        Held::Sim(SimResource::Error(code)) => format!("error-{}", code.0),
+        Held::Given(any) => {
+            let mut hasher = DefaultHasher::new();
+            (&any.type_url, &any.value[..]).hash(&mut hasher);
+            format!("b{:016x}", hasher.finish())
+        }
     }
 }
 
@@ -61,9 +65,11 @@ impl ManagementServer {
     /// [`flush_delta`](Self::flush_delta) of the stream is due. ACKs and NACKs change
     /// nothing: a NACKed resource is not sent again until it changes.
     pub fn on_delta_request(&mut self, key: u64, request: &DeltaDiscoveryRequest) -> bool {
-        let Some(t) = canonical(&request.type_url) else {
+        if request.type_url.is_empty() {
             return false;
-        };
+        }
+        let t = type_key(&request.type_url);
+        self.snapshot.entry(t).or_default();
         let policy = self.policy;
         let Some(stream) = self.delta_streams.get_mut(&key) else {
             return false;
@@ -163,7 +169,7 @@ impl ManagementServer {
             ..Default::default()
         };
         for name in names {
-            let Some(resource) = snapshot.get(&name).copied() else {
+            let Some(resource) = snapshot.get(&name) else {
                 if st.known.remove(&name).is_some() {
                     response.removed_resources.push(name);
                 }
@@ -174,11 +180,10 @@ impl ManagementServer {
                 continue;
             }
             st.known.insert(name.clone(), version.clone());
-            let body = match resource {
-                SimResource::Valid(g) => Some(valid_any(t, &name, g)),
-                SimResource::Invalid => invalid_any(t, &name),
-                SimResource::Error(code) => {
-                    let error = resource_error(&name, code, "simulated server error");
+            let body = match resource.body(t, &name) {
+                Body::Resource(body) => Some(body),
+                Body::Nothing => None,
+                Body::Error(error) => {
                     response.resource_errors.push(error);
                     None
                 }
@@ -213,7 +218,7 @@ impl ManagementServer {
         type_url: &str,
         fresh_nonce: bool,
     ) -> Option<DeltaDiscoveryResponse> {
-        let t = canonical(type_url)?;
+        let t = type_key(type_url);
         let last = self
             .delta_streams
             .get(&key)?
