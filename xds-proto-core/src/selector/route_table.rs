@@ -10,6 +10,7 @@ use super::metadata::Metadata;
 use super::regex_group::{RegexGroup, build_groups};
 use crate::DetHashMap;
 use crate::resource::route::{PathMatcher, RouteMatch};
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
 /// `/svc/rest` → `/svc/` when `svc` is non-empty: the service part of a gRPC path.
 pub(super) fn service_key(path: &str) -> Option<&str> {
@@ -22,40 +23,23 @@ pub(super) fn service_key(path: &str) -> Option<&str> {
     (slash > 0).then(|| &path[..slash + 2])
 }
 
-/// A literal every full match of `pattern` starts with: the pattern's leading plain
-/// characters (and `\`-escaped punctuation), up to the first metacharacter, leaving out a
-/// character a quantifier may repeat zero times. Conservative: empty when the pattern has
-/// an alternation or starts with a group, class or flag.
+/// A literal every full match of `pattern` starts with: the longest common prefix of
+/// the prefix literals that regex-syntax's extractor finds (the analysis the `regex`
+/// crate's own prefilters rest on; `/pkg\\.Svc/(Get|Put)` gives `/pkg.Svc/`), cut back
+/// to a whole character. Empty when the matches share no start (`.*/M`), and for a
+/// pattern the default syntax does not parse (route validation has refused it already).
 pub(super) fn regex_literal_prefix(pattern: &str) -> String {
-    let mut out = String::new();
-    if pattern.contains('|') {
-        return out;
-    }
-    let mut chars = pattern
-        .strip_prefix('^')
-        .unwrap_or(pattern)
-        .chars()
-        .peekable();
-    while let Some(c) = chars.next() {
-        let literal = match c {
-            '\\' => match chars.next() {
-                Some(e) if e.is_ascii_punctuation() => e,
-                _ => break,
-            },
-            '.' | '[' | ']' | '(' | ')' | '{' | '}' | '*' | '+' | '?' | '^' | '$' | '|' => break,
-            c if c.is_alphanumeric() || c.is_ascii_punctuation() || c == ' ' => c,
-            _ => break,
-        };
-        match chars.peek() {
-            Some('*' | '?' | '{') => break,
-            Some('+') => {
-                out.push(literal);
-                break;
-            }
-            _ => out.push(literal),
-        }
-    }
-    out
+    let Ok(hir) = regex_syntax::parse(pattern) else {
+        return String::new();
+    };
+    let literals = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
+    let prefix = literals.longest_common_prefix().unwrap_or_default();
+    // A class of characters sharing a UTF-8 lead byte (`[äö]`) leaves part of one.
+    let whole = match std::str::from_utf8(prefix) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&prefix[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    whole.to_owned()
 }
 
 /// The longest precomputed candidate list of an exact path (see [`RouteTable`]); a path
