@@ -5,8 +5,9 @@
 #    `cargo doc --workspace --no-deps` with rustdoc warnings denied (broken links, missing
 #    docs where a crate warns on them).
 # 2. `cargo test --workspace`: unit, scenario, property and fuzz-regression tests, doc
-#    tests, the examples (custom_loop runs), and the deterministic simulation over a
-#    bounded number of seeds (XDS_SIM_SEEDS, default in tests/tests/simulation.rs).
+#    tests, the examples (built; custom_loop and xds_channel then run), and the
+#    deterministic simulation over a bounded number of seeds (XDS_SIM_SEEDS, default in
+#    tests/tests/simulation.rs).
 # 3. A fuzz smoke test: installs cargo-fuzz if it is missing, builds every target in fuzz/
 #    once, and runs each for FUZZ_SECONDS (default 60) on stable (`--sanitizer none`),
 #    starting from the committed seeds.
@@ -59,8 +60,11 @@ if [ "$test_status" -ne 0 ] && [ "$f" -eq 0 ]; then
     failures+=("cargo test: failed before running its tests (build error?)")
 fi
 
-# The embedding example runs (its assertions check the listener→endpoints chain).
+# The embedding example runs (its assertions check the path from a watch to a pick).
 gate "example custom_loop" cargo run --quiet -p xds-proto-core --example custom_loop
+# The tonic example runs: 200 RPCs through an xds:/// channel to the demo's echo
+# backends on loopback (about a second).
+gate "example xds_channel" cargo run --quiet -p xds-examples --example xds_channel
 
 echo "== fuzz smoke: every target for ${FUZZ_SECONDS}s"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
