@@ -29,6 +29,7 @@ use xds_proto_core::lb::{
     CallOutcome, CallToken, ConnectivityState, LbAction, LbSettings, LoadBalancer, Pick, PickArgs,
     SubchannelId,
 };
+use xds_proto_core::lrs::ClusterLoadStats;
 use xds_proto_core::pb::envoy::config::cluster::v3 as cluster_pb;
 use xds_proto_core::pb::envoy::config::core::v3 as core_pb;
 use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint_pb;
@@ -238,7 +239,19 @@ impl Run {
                 resolution_note,
             };
             let cluster = resource.clone();
-            config.insert(name.to_string(), Ok(ClusterConfig { cluster, children }));
+            // Counted as the XdsClient's counters would be, so that picks and call
+            // ends exercise the LRS counting too.
+            let load_stats = cluster
+                .lrs_server
+                .then(|| ClusterLoadStats::new(name, None));
+            config.insert(
+                name.to_string(),
+                Ok(ClusterConfig {
+                    cluster,
+                    children,
+                    load_stats,
+                }),
+            );
         }
         if let Some(aggregate) = &self.aggregate {
             let ClusterType::Aggregate { clusters } = &aggregate.cluster_type else {
@@ -254,7 +267,11 @@ impl Run {
             let cluster = aggregate.clone();
             config.insert(
                 AGGREGATE.to_owned(),
-                Ok(ClusterConfig { cluster, children }),
+                Ok(ClusterConfig {
+                    cluster,
+                    children,
+                    load_stats: None,
+                }),
             );
         }
         config
@@ -632,6 +649,9 @@ fn arb_cluster(u: &mut Unstructured<'_>, name: &str) -> arbitrary::Result<cluste
     arb_lb_policy(u, &mut c)?;
     if u.arbitrary()? {
         c.outlier_detection = Some(arb_outlier_detection(u)?);
+    }
+    if u.arbitrary()? {
+        c.lrs_server = Some(xds_proto_testing::resources::self_config_source());
     }
     Ok(c)
 }
