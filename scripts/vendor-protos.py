@@ -2,9 +2,16 @@
 """Copy the Envoy/xDS .proto files the core compiles, with their import closure,
 from the envoy-types crate in the local cargo registry into xds-proto-core/proto.
 
+envoy-types does not package the CNCF xds repository's ORCA protos
+(xds/data/orca/v3, xds/service/orca/v3, gRFC A51); those come from Debian's
+golang-github-cncf-xds-dev, which the interop build unpacks
+(interop/go-control-plane/build.sh), or from any cncf/xds checkout named by
+XDS_CNCF_PROTO_DIR. envoy-types is searched first, so only what it lacks is
+taken from there.
+
 The core's build script compiles these with protox, so a build needs neither
 protoc nor network. Re-run after bumping envoy-types:
-    cargo fetch && python3 scripts/vendor-protos.py
+    cargo fetch && bash interop/go-control-plane/build.sh && python3 scripts/vendor-protos.py
 """
 import glob, os, re, shutil, sys
 
@@ -21,6 +28,12 @@ def main():
     src = hits[0]
     include_dirs = [os.path.join(src, d) for d in sorted(os.listdir(src))]
     include_dirs += [os.path.join(src, "cel-spec", "proto")]
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    interop_out = os.environ.get("XDS_INTEROP_OUT", os.path.join(repo, "target", "interop"))
+    cncf = os.environ.get("XDS_CNCF_PROTO_DIR", os.path.join(
+        interop_out, "go-control-plane", "root", "usr", "share", "gocode", "src",
+        "github.com", "cncf", "xds"))
+    include_dirs.append(cncf)
     def locate(rel):
         for d in include_dirs:
             p = os.path.join(d, rel)
@@ -43,7 +56,8 @@ def main():
         seen.add(rel)
         path = locate(rel)
         if path is None:
-            sys.exit(f"import not found: {rel}")
+            hint = " (the ORCA protos: run interop/go-control-plane/build.sh or set XDS_CNCF_PROTO_DIR)" if "orca" in rel else ""
+            sys.exit(f"import not found: {rel}{hint}")
         text = open(path).read()
         out = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)

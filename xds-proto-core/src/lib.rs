@@ -207,6 +207,7 @@ pub mod lb;
 pub mod lrs;
 pub mod metrics;
 pub mod names;
+pub mod orca;
 pub mod pool;
 pub mod resource;
 pub mod security;
