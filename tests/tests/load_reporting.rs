@@ -20,6 +20,7 @@ use xds_proto_core::lb::{
     CallOutcome, CallToken, ConnectivityState, LbAction, LbSettings, LoadBalancer, Pick, PickArgs,
 };
 use xds_proto_core::lrs::SEND_ALL_CLUSTERS_FEATURE;
+use xds_proto_core::orca::OrcaLoadReport;
 use xds_proto_core::pb::envoy::config::core::v3 as core_pb;
 use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint_pb;
 use xds_proto_core::pb::envoy::service::load_stats::v3::{LoadStatsRequest, LoadStatsResponse};
@@ -145,7 +146,14 @@ impl Run {
             m.1 += value;
         }
         let now = self.d.h.now;
-        (self.lb).call_finished_with_metrics(now, call, outcome, metrics.iter().copied());
+        if !metrics.is_empty() {
+            assert!(call.wants_load_report(), "LRS adds up the report's named metrics");
+        }
+        let report = OrcaLoadReport {
+            named_metrics: metrics.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+            ..Default::default()
+        };
+        (self.lb).call_finished_with_report(now, call, outcome, Some(&report));
     }
 
     fn args(&mut self) -> PickArgs {

@@ -140,6 +140,19 @@ pub struct CallToken {
     pub(super) subchannel: SubchannelId,
     /// The locality counters the call is counted in (LRS), if its cluster reports load.
     pub(super) load: super::load_report::LoadSlot,
+    pub(super) wants_load_report: bool,
+}
+
+impl CallToken {
+    /// Whether the call's ORCA per-call report (the `endpoint-load-metrics-bin`
+    /// trailer) is wanted at its end: its cluster balances by weighted round robin from
+    /// per-call reports (A58), or reports its load to LRS, which adds up the report's
+    /// named metrics (A64). Give it to
+    /// [`call_finished_with_report`](super::LoadBalancer::call_finished_with_report);
+    /// otherwise the trailer need not be decoded.
+    pub fn wants_load_report(&self) -> bool {
+        self.wants_load_report || self.load != super::load_report::LoadSlot::NONE
+    }
 }
 
 /// How a call ended, for outlier detection (A50: a call is a success when its status is
@@ -207,4 +220,18 @@ pub enum LbAction {
     /// Some cluster's picker changed (an endpoint became ready or unusable, a config
     /// update): pick again for the queued RPCs. Coalesced: at most one is waiting.
     PickerChanged,
+    /// Run (`Some(interval)`) or stop (`None`) the subchannel's ORCA out-of-band load
+    /// reports (A51): while its connection is READY, keep one
+    /// `xds.service.orca.v3.OpenRcaService/StreamCoreMetrics` call open on it asking
+    /// for a report every `interval`, and give each report to
+    /// [`oob_report`](super::LoadBalancer::oob_report). Start it again on each new
+    /// connection and when the interval changes; after a failure retry with backoff
+    /// (reset by a report), except after UNIMPLEMENTED, which ends it for the
+    /// connection. Comes again only when the interval changes.
+    LoadReports {
+        /// The subchannel.
+        subchannel: SubchannelId,
+        /// The reporting interval to ask for; `None`: stop.
+        interval: Option<Duration>,
+    },
 }

@@ -2,7 +2,8 @@
 //! EDS `drop_overloads` (random per million, per category in order), circuit breaking
 //! (`max_requests` calls in flight, extra picks fail with UNAVAILABLE), outlier
 //! detection, the priorities with failover and, per priority, the weighted localities
-//! or a single endpoint policy over all of them.
+//! or a single endpoint policy over all of them; with weighted round robin, the
+//! endpoint weights its policies share (fed by ORCA reports) and their update timer.
 //!
 //! The cluster holds a pool reference on every address it lists (usable endpoints of
 //! every priority), so a subchannel lives exactly as long as some cluster names it.
@@ -19,7 +20,9 @@ use super::outlier::{EjectionChange, OutlierDetector};
 use super::policy::{Ctx, PickRng, Picked};
 use super::priority::{Choice, Failover};
 use super::subchannel::SubchannelPool;
+use super::wrr_weights::{EndpointWeights, WrrSettings};
 use crate::client::{Code, Status};
+use crate::orca::OrcaLoadReport;
 use crate::resource::cluster::ClusterResource;
 use crate::resource::endpoint::EndpointsResource;
 use crate::time::Instant;
@@ -50,6 +53,8 @@ pub(super) struct LeafCluster {
     failover: Failover,
     failover_timeout: Duration,
     outlier: Option<OutlierDetector>,
+    /// Weighted round robin's endpoint weights, with that policy.
+    weights: Option<EndpointWeights>,
     /// Every subchannel the cluster holds a reference on, sorted.
     subchannels: Vec<SubchannelId>,
     started: bool,
@@ -82,6 +87,7 @@ impl LeafCluster {
             failover: Failover::new(0, failover_timeout),
             failover_timeout,
             outlier: None,
+            weights: None,
             subchannels: Vec::new(),
             started: false,
         };
@@ -160,12 +166,32 @@ impl LeafCluster {
                 .map(|e| e.subchannels.as_slice());
             o.set_endpoints(endpoints);
         }
+        self.update_weights(now, &resource);
         self.resource = resource;
         self.source = source;
         self.children = (0..self.priorities.len()).map(|_| None).collect();
         self.failover = Failover::new(self.priorities.len(), self.failover_timeout);
         if self.started {
             self.choose(now, pool);
+        }
+    }
+
+    /// Keeps the endpoint weights of weighted round robin (a new store when the policy
+    /// becomes it, none when it is another) for the new endpoints.
+    fn update_weights(&mut self, now: Instant, resource: &ClusterResource) {
+        self.weights = match (self.weights.take(), WrrSettings::of(&resource.lb_policy)) {
+            (_, None) => None,
+            (Some(mut weights), Some(settings)) => {
+                weights.reconfigure(now, settings);
+                Some(weights)
+            }
+            (None, Some(settings)) => Some(EndpointWeights::new(now, settings)),
+        };
+        if let Some(weights) = &mut self.weights {
+            let endpoints = (self.priorities.iter().flatten())
+                .flat_map(|l| &l.endpoints)
+                .map(|e| e.subchannels.as_slice());
+            weights.set_endpoints(endpoints);
         }
     }
 
@@ -226,10 +252,17 @@ impl LeafCluster {
         matches!(&self.source, Source::Dns(Ok(addresses)) if addresses.is_empty())
     }
 
-    fn ctx<'a>(pool: &'a mut SubchannelPool, outlier: &'a Option<OutlierDetector>) -> Ctx<'a> {
+    fn ctx<'a>(
+        now: Instant,
+        pool: &'a mut SubchannelPool,
+        outlier: &'a Option<OutlierDetector>,
+        weights: &'a mut Option<EndpointWeights>,
+    ) -> Ctx<'a> {
         Ctx {
             pool,
             outlier: outlier.as_ref(),
+            weights: weights.as_mut(),
+            now,
         }
     }
 
@@ -240,7 +273,7 @@ impl LeafCluster {
             match self.failover.choose() {
                 Choice::Start(i) => {
                     self.set_active(now, pool, i, true);
-                    let mut ctx = Self::ctx(pool, &self.outlier);
+                    let mut ctx = Self::ctx(now, pool, &self.outlier, &mut self.weights);
                     let child = PriorityChild::new(&mut ctx, self.layout, &self.priorities[i]);
                     self.failover.started(now, i, child.state());
                     self.children[i] = Some(child);
@@ -287,7 +320,12 @@ impl LeafCluster {
         if self.subchannels.binary_search(&id).is_err() {
             return false;
         }
-        let mut ctx = Self::ctx(pool, &self.outlier);
+        if let Some(weights) = &mut self.weights
+            && pool.state(id) == ConnectivityState::Ready
+        {
+            weights.became_ready(id);
+        }
+        let mut ctx = Self::ctx(now, pool, &self.outlier, &mut self.weights);
         for (i, child) in self.children.iter_mut().enumerate() {
             if let Some(child) = child {
                 child.on_state(&mut ctx, id);
@@ -302,10 +340,13 @@ impl LeafCluster {
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let sweep = self.outlier.as_ref().map(OutlierDetector::next_sweep);
-        match (self.failover.next_deadline(), sweep) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let weights = (self.weights.as_ref())
+            .filter(|_| self.started)
+            .map(EndpointWeights::next_update);
+        [self.failover.next_deadline(), sweep, weights]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs the failover timers and the outlier sweep due at `now`; true if anything
@@ -317,6 +358,15 @@ impl LeafCluster {
         changes: &mut Vec<EjectionChange>,
     ) -> bool {
         let mut changed = self.failover.handle_timeout(now);
+        if self.started
+            && let Some(weights) = &mut self.weights
+            && weights.update_due(now)
+        {
+            let mut ctx = Self::ctx(now, pool, &self.outlier, &mut self.weights);
+            for child in self.children.iter_mut().flatten() {
+                child.refresh_weights(&mut ctx);
+            }
+        }
         if let Some(outlier) = &mut self.outlier {
             changes.clear();
             outlier.sweep(now, &mut pool.rng, changes);
@@ -328,7 +378,7 @@ impl LeafCluster {
                     ejected = change.ejected,
                     "outlier detection"
                 );
-                let mut ctx = Self::ctx(pool, &self.outlier);
+                let mut ctx = Self::ctx(now, pool, &self.outlier, &mut self.weights);
                 for child in self.children.iter_mut().flatten() {
                     child.on_state(&mut ctx, change.subchannel);
                 }
@@ -378,6 +428,8 @@ impl LeafCluster {
         let mut ctx = Ctx {
             pool,
             outlier: self.outlier.as_ref(),
+            weights: self.weights.as_mut(),
+            now,
         };
         match child.pick(&mut ctx, args.hash, rng) {
             Picked::Subchannel(subchannel) => {
@@ -393,6 +445,8 @@ impl LeafCluster {
                         cluster_generation: self.generation,
                         subchannel,
                         load: super::load_report::LoadSlot::NONE,
+                        wants_load_report: (self.weights.as_ref())
+                            .is_some_and(EndpointWeights::reads_call_reports),
                     },
                 }
             }
@@ -412,6 +466,48 @@ impl LeafCluster {
         if let Some(outlier) = &mut self.outlier {
             outlier.record(subchannel, success);
         }
+    }
+
+    /// A per-call ORCA report of a call this cluster started, on `subchannel`: weighted
+    /// round robin takes it, unless it reads out-of-band reports (A58).
+    pub(super) fn call_report(
+        &mut self,
+        now: Instant,
+        subchannel: SubchannelId,
+        report: &OrcaLoadReport,
+    ) {
+        if let Some(weights) = &mut self.weights
+            && weights.reads_call_reports()
+        {
+            weights.report(now, subchannel, report);
+        }
+    }
+
+    /// An out-of-band ORCA report from `subchannel`: weighted round robin reading them
+    /// takes it.
+    pub(super) fn oob_report(
+        &mut self,
+        now: Instant,
+        subchannel: SubchannelId,
+        report: &OrcaLoadReport,
+    ) {
+        if let Some(weights) = &mut self.weights
+            && !weights.reads_call_reports()
+        {
+            weights.report(now, subchannel, report);
+        }
+    }
+
+    /// The out-of-band reporting interval the cluster wants from each of its
+    /// subchannels, if it wants reports (weighted round robin's
+    /// `enable_oob_load_report`).
+    pub(super) fn oob_interval(&self) -> Option<std::time::Duration> {
+        self.weights.as_ref()?.settings().oob_interval
+    }
+
+    /// Every subchannel the cluster holds, sorted.
+    pub(super) fn subchannels(&self) -> &[SubchannelId] {
+        &self.subchannels
     }
 
     #[cfg(test)]

@@ -1,10 +1,10 @@
 //! How a cluster's endpoints are laid out under its LB policy. As in gRPC,
-//! `round_robin` (also from the legacy `lb_policy` enum), client-side weighted round
-//! robin (without ORCA load reports every weight is equal, so it is round robin) and
-//! `wrr_locality` run the endpoint policy per locality under weighted locality picking;
-//! `ring_hash`, `least_request` and `pick_first` run one policy over every endpoint of
-//! the priority, each endpoint weighted by locality weight × endpoint weight. Only
-//! endpoints whose health is UNKNOWN or HEALTHY are used.
+//! `round_robin` (also from the legacy `lb_policy` enum) and `wrr_locality` run the
+//! endpoint policy per locality under weighted locality picking; `ring_hash`,
+//! `least_request`, `pick_first` and a bare client-side weighted round robin (A58,
+//! normally under `wrr_locality`) run one policy over every endpoint of the priority,
+//! each endpoint weighted by locality weight × endpoint weight. Only endpoints whose
+//! health is UNKNOWN or HEALTHY are used.
 
 use super::api::{ConnectivityState, SubchannelId};
 use super::cluster::Source;
@@ -26,10 +26,11 @@ impl Layout {
             policy,
         };
         match policy {
-            LbPolicy::RoundRobin | LbPolicy::WeightedRoundRobin(_) => Layout {
+            LbPolicy::RoundRobin => Layout {
                 per_locality: true,
                 policy: PolicyKind::RoundRobin,
             },
+            LbPolicy::WeightedRoundRobin(_) => flat(PolicyKind::WeightedRoundRobin),
             LbPolicy::WrrLocality(child) => Layout {
                 per_locality: true,
                 ..Layout::of(child, ring_size_cap)
@@ -172,6 +173,14 @@ impl PriorityChild {
         match self {
             PriorityChild::Localities(l) => l.on_state(ctx, id),
             PriorityChild::Flat(p) => p.on_state(ctx, id),
+        }
+    }
+
+    /// Weighted round robin's weights may have changed.
+    pub(super) fn refresh_weights(&mut self, ctx: &mut Ctx) {
+        match self {
+            PriorityChild::Localities(l) => l.refresh_weights(ctx),
+            PriorityChild::Flat(p) => p.refresh_weights(ctx),
         }
     }
 

@@ -41,6 +41,14 @@ impl Localities {
         self.refresh();
     }
 
+    /// Weighted round robin's weights may have changed: its localities rebuild their
+    /// schedulers (the READY set is unchanged).
+    pub(super) fn refresh_weights(&mut self, ctx: &mut Ctx) {
+        for (_, child) in &mut self.children {
+            child.refresh_weights(ctx);
+        }
+    }
+
     fn refresh(&mut self) {
         self.ready.clear();
         let mut total = 0u64;

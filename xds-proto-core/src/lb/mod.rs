@@ -6,12 +6,14 @@
 //! in. Inside, gRPC's xDS policy tree: per cluster, `drop_overloads` and circuit
 //! breaking (`cluster`), outlier detection (`outlier`), priorities with failover
 //! (`priority`), weighted localities (`locality`) and an endpoint policy
-//! (`pick_first`, `round_robin`, `ring_hash`, `least_request`); aggregate clusters fail
-//! over between their leaf clusters the same way.
+//! (`pick_first`, `round_robin`, `ring_hash`, `least_request`, `weighted_round_robin`
+//! with its weights from ORCA reports, `wrr*`); aggregate clusters fail over between
+//! their leaf clusters the same way.
 //!
 //! The drive loop is the client's: one mutation ([`LoadBalancer::update`],
 //! [`LoadBalancer::subchannel_state`], [`LoadBalancer::call_finished`],
-//! [`LoadBalancer::dns_resolved`], [`LoadBalancer::handle_timeout`]), drain
+//! [`LoadBalancer::dns_resolved`], [`LoadBalancer::oob_report`],
+//! [`LoadBalancer::handle_timeout`]), drain
 //! [`LoadBalancer::poll_action`], sleep until [`LoadBalancer::poll_timeout`]; picks
 //! ([`LoadBalancer::pick`]) come in between and allocate nothing.
 
@@ -24,6 +26,7 @@ mod layout;
 mod least_request;
 mod load_report;
 mod locality;
+mod oob;
 mod outlier;
 mod pick_first;
 mod policy;
@@ -31,6 +34,9 @@ mod priority;
 mod ring_hash;
 mod round_robin;
 mod subchannel;
+mod wrr;
+mod wrr_scheduler;
+mod wrr_weights;
 
 #[cfg(test)]
 mod tests;
@@ -51,11 +57,13 @@ use crate::DetHashMap;
 use crate::client::{Code, Status, XdsError};
 use crate::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
 use crate::resource::cluster::MAX_RING_SIZE;
+use crate::orca::OrcaLoadReport;
 use crate::time::Instant;
 use aggregate::AggregateCluster;
 use cluster::{LeafCluster, Source};
 use dns::DnsResolutions;
 use load_report::LoadReports;
+use oob::OobSubscriptions;
 use outlier::EjectionChange;
 use policy::PickRng;
 use subchannel::SubchannelPool;
@@ -92,6 +100,7 @@ pub struct LoadBalancer {
     dns: DnsResolutions,
     /// The LRS counters of the leaf clusters that report their load.
     load: LoadReports,
+    oob: OobSubscriptions,
 }
 
 impl LoadBalancer {
@@ -112,6 +121,7 @@ impl LoadBalancer {
         LoadBalancer {
             pool: SubchannelPool::new(settings.reconnect_backoff, rng),
             dns: DnsResolutions::new(settings.reconnect_backoff),
+            oob: OobSubscriptions::default(),
             settings,
             leaves: Vec::new(),
             free_leaves: Vec::new(),
@@ -233,6 +243,7 @@ impl LoadBalancer {
         });
         self.names = names;
         self.update_load_reports(clusters);
+        self.refresh_oob();
         self.picker_changed = true;
     }
 
@@ -249,6 +260,12 @@ impl LoadBalancer {
                 _ => None,
             });
         self.load.update(leaves);
+    }
+
+    /// Tells the embedder which subchannels now run out-of-band load reports.
+    fn refresh_oob(&mut self) {
+        let leaves = self.leaves.iter().flatten();
+        self.oob.refresh(leaves, &mut self.pool);
     }
 
     fn upsert_leaf(
@@ -367,26 +384,43 @@ impl LoadBalancer {
     /// Reports the end of a call a pick started: releases its circuit-breaker slot and
     /// least-request count, and counts its outcome for outlier detection.
     pub fn call_finished(&mut self, now: Instant, call: CallToken, outcome: CallOutcome) {
-        self.call_finished_with_metrics(now, call, outcome, []);
+        self.call_finished_with_report(now, call, outcome, None);
     }
 
-    /// [`call_finished`](Self::call_finished) with the `named_metrics` of the
-    /// backend's per-call ORCA report (A51), which a cluster that reports its load
-    /// adds up per locality for LRS (A64).
-    pub fn call_finished_with_metrics<'a>(
+    /// [`call_finished`](Self::call_finished) with the call's ORCA per-call report, if
+    /// it carried one (A51: the `endpoint-load-metrics-bin` trailer, decoded with
+    /// [`OrcaLoadReport::decode`]; only wanted when
+    /// [`CallToken::wants_load_report`]): weighted round robin weighs the endpoint by it.
+    pub fn call_finished_with_report(
         &mut self,
         now: Instant,
         call: CallToken,
         outcome: CallOutcome,
-        named_metrics: impl IntoIterator<Item = (&'a str, f64)>,
+        report: Option<&OrcaLoadReport>,
     ) {
-        let _ = now;
+        let named_metrics = report
+            .into_iter()
+            .flat_map(|r| r.named_metrics.iter().map(|(name, value)| (name.as_str(), *value)));
         (self.load).call_finished(call.load, outcome == CallOutcome::Success, named_metrics);
         self.pool.call_finished(call.subchannel);
         if let Some(Some(leaf)) = self.leaves.get_mut(call.cluster as usize)
             && leaf.generation == call.cluster_generation
         {
             leaf.call_finished(call.subchannel, outcome == CallOutcome::Success);
+            if let Some(report) = report {
+                leaf.call_report(now, call.subchannel, report);
+            }
+        }
+    }
+
+    /// Reports an ORCA out-of-band load report received on `subchannel`'s
+    /// `StreamCoreMetrics` call (see [`LbAction::LoadReports`]): the clusters reading
+    /// out-of-band reports weigh the endpoint by it.
+    pub fn oob_report(&mut self, now: Instant, subchannel: SubchannelId, report: &OrcaLoadReport) {
+        for leaf in self.leaves.iter_mut().flatten() {
+            if leaf.subchannels().binary_search(&subchannel).is_ok() {
+                leaf.oob_report(now, subchannel, report);
+            }
         }
     }
 
@@ -412,12 +446,13 @@ impl LoadBalancer {
         let source = Source::Dns(result.map_err(|status| status.message));
         leaf.set_source(now, &mut self.pool, source, self.settings.ring_size_cap);
         self.refresh_aggregates(now);
+        self.refresh_oob();
         self.picker_changed = true;
     }
 
     /// Runs the timers due at `now` (reconnect backoff, connection attempt delay,
     /// retention of unused connections, DNS re-resolution, failover, outlier
-    /// detection).
+    /// detection, weighted round robin's weight updates).
     /// Early calls are no-ops.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(id) = self.pool.pop_retry(now) {

@@ -1,7 +1,8 @@
 //! What every endpoint policy shares: the context they act through (subchannel states as
 //! the cluster sees them, connection requests), the per-pick random stream, the
 //! endpoint description they are built from, and [`EndpointPolicy`], the dispatch over
-//! `pick_first`, `round_robin`, `ring_hash` and `least_request`.
+//! `pick_first`, `round_robin`, `ring_hash`, `least_request` and
+//! `weighted_round_robin`.
 
 use std::net::SocketAddr;
 
@@ -12,13 +13,19 @@ use super::pick_first::PickFirst;
 use super::ring_hash::RingHash;
 use super::round_robin::RoundRobin;
 use super::subchannel::SubchannelPool;
+use super::wrr::WeightedRoundRobin;
+use super::wrr_weights::EndpointWeights;
+use crate::time::Instant;
 
 /// What a policy acts through: the pool (states, connection requests, the load
 /// balancer's seeded randomness) and the cluster's outlier detector, whose ejected
-/// subchannels the policies see in TRANSIENT_FAILURE (A50).
+/// subchannels the policies see in TRANSIENT_FAILURE (A50), and for weighted round
+/// robin the cluster's endpoint weights at `now`.
 pub(super) struct Ctx<'a> {
     pub(super) pool: &'a mut SubchannelPool,
     pub(super) outlier: Option<&'a OutlierDetector>,
+    pub(super) weights: Option<&'a mut EndpointWeights>,
+    pub(super) now: Instant,
 }
 
 impl Ctx<'_> {
@@ -45,6 +52,13 @@ impl Ctx<'_> {
 
     pub(super) fn random(&mut self) -> u64 {
         rand_core::RngCore::next_u64(&mut self.pool.rng)
+    }
+
+    /// The weighted-round-robin weight of the endpoint `id` is selected on (0: none
+    /// usable).
+    pub(super) fn weight(&mut self, id: SubchannelId) -> f64 {
+        let now = self.now;
+        self.weights.as_mut().map_or(0.0, |w| w.weight(now, id))
     }
 }
 
@@ -114,6 +128,8 @@ pub(super) enum PolicyKind {
     LeastRequest {
         choice_count: u32,
     },
+    /// Its settings are the cluster's (its [`EndpointWeights`]).
+    WeightedRoundRobin,
 }
 
 /// An endpoint policy over one set of endpoints (a locality, or a whole priority).
@@ -123,6 +139,7 @@ pub(super) enum EndpointPolicy {
     RoundRobin(RoundRobin),
     RingHash(RingHash),
     LeastRequest(LeastRequest),
+    WeightedRoundRobin(WeightedRoundRobin),
 }
 
 impl EndpointPolicy {
@@ -153,6 +170,9 @@ impl EndpointPolicy {
             PolicyKind::LeastRequest { choice_count } => {
                 EndpointPolicy::LeastRequest(LeastRequest::new(ctx, endpoints, choice_count))
             }
+            PolicyKind::WeightedRoundRobin => {
+                EndpointPolicy::WeightedRoundRobin(WeightedRoundRobin::new(ctx, endpoints))
+            }
         }
     }
 
@@ -170,6 +190,7 @@ impl EndpointPolicy {
             EndpointPolicy::RoundRobin(p) => p.state(),
             EndpointPolicy::RingHash(p) => p.state(),
             EndpointPolicy::LeastRequest(p) => p.state(),
+            EndpointPolicy::WeightedRoundRobin(p) => p.state(),
         }
     }
 
@@ -183,6 +204,15 @@ impl EndpointPolicy {
             EndpointPolicy::RoundRobin(p) => p.on_state(ctx, id),
             EndpointPolicy::RingHash(p) => p.on_state(ctx, id),
             EndpointPolicy::LeastRequest(p) => p.on_state(ctx, id),
+            EndpointPolicy::WeightedRoundRobin(p) => p.on_state(ctx, id),
+        }
+    }
+
+    /// The weights may have changed (the weight update period passed): weighted round
+    /// robin rebuilds its scheduler.
+    pub(super) fn refresh_weights(&mut self, ctx: &mut Ctx) {
+        if let EndpointPolicy::WeightedRoundRobin(p) = self {
+            p.refresh_weights(ctx);
         }
     }
 
@@ -192,6 +222,7 @@ impl EndpointPolicy {
             EndpointPolicy::RoundRobin(p) => p.pick(),
             EndpointPolicy::RingHash(p) => p.pick(ctx, hash.unwrap_or_else(|| rng.next())),
             EndpointPolicy::LeastRequest(p) => p.pick(ctx.pool, rng),
+            EndpointPolicy::WeightedRoundRobin(p) => p.pick(),
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::resource::endpoint::{
 mod bounds;
 mod properties;
 mod simulation;
+mod wrr;
 
 pub(super) fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, 1], port))
@@ -140,6 +141,8 @@ pub(super) struct Net {
     pub(super) idled: Vec<SocketAddr>,
     pub(super) resolves: Vec<String>,
     pub(super) picker_changes: usize,
+    /// The subchannels running ORCA out-of-band reports, with their intervals.
+    pub(super) load_reports: BTreeMap<SubchannelId, Duration>,
 }
 
 impl Net {
@@ -155,6 +158,7 @@ impl Net {
             idled: Vec::new(),
             resolves: Vec::new(),
             picker_changes: 0,
+            load_reports: BTreeMap::new(),
         }
     }
 
@@ -186,13 +190,27 @@ impl Net {
                     };
                     self.lb.subchannel_state(now, subchannel, result);
                 }
-                LbAction::Disconnect { subchannel } => self.disconnects.push(subchannel),
+                LbAction::Disconnect { subchannel } => {
+                    self.load_reports.remove(&subchannel);
+                    self.disconnects.push(subchannel);
+                }
                 LbAction::Idle { subchannel } => {
                     let address = self.lb.subchannel_address(subchannel).expect("kept");
                     self.idled.push(address);
                 }
                 LbAction::ResolveDns { cluster, .. } => self.resolves.push(cluster),
                 LbAction::PickerChanged => self.picker_changes += 1,
+                LbAction::LoadReports {
+                    subchannel,
+                    interval,
+                } => match interval {
+                    Some(interval) => {
+                        self.load_reports.insert(subchannel, interval);
+                    }
+                    None => {
+                        assert!(self.load_reports.remove(&subchannel).is_some());
+                    }
+                },
             }
         }
     }
