@@ -121,6 +121,10 @@ pub type ClientPool = xds_adapter_common::ClientPool<AsyncStdRuntime>;
 /// for any HTTP/2 server that runs on async-std.
 pub type CsdsService = xds_adapter_common::CsdsService<AsyncStdRuntime>;
 
+/// The ORCA out-of-band `OpenRcaService` (gRFC A51) of a [`ServerMetricRecorder`],
+/// timed on async-std: see [`xds_adapter_common::orca::OrcaService`].
+pub type OrcaService = xds_adapter_common::orca::OrcaService<AsyncStdRuntime>;
+
 /// The async-std side of the shared client: its global executor, the monotonic clock
 /// and async-std's TCP.
 #[derive(Clone, Debug)]

@@ -4,6 +4,12 @@
 //! (`Client`, `ClientPool`, `XdsChannel`, ...) and whatever is its own.
 
 pub use crate::metrics;
+/// ORCA for servers (gRFC A51): the metric recorders and the per-call report layer; the
+/// out-of-band service on a runtime is its adapter's `OrcaService`.
+pub use crate::orca::{
+    CallMetricRecorder, DEFAULT_MIN_REPORT_INTERVAL, OrcaBody, OrcaLayer, OrcaMiddleware,
+    ServerMetricRecorder,
+};
 pub use crate::{
     CHANNEL_EVENT_BUFFER, ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream,
     ConfigUpdate, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,

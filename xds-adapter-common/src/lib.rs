@@ -33,7 +33,11 @@
 //!   endpoint in use, made as the ADS connections are (READY at the server's
 //!   SETTINGS);
 //! - **metrics** ([`metrics`]): the core's gRFC A78 XdsClient metrics, exported
-//!   through the `metrics` facade on an interval, on demand and when a client stops.
+//!   through the `metrics` facade on an interval, on demand and when a client stops;
+//! - **ORCA** (gRFC A51): the channel reads per-call load reports from the
+//!   `endpoint-load-metrics-bin` trailer and runs out-of-band `StreamCoreMetrics` calls
+//!   when weighted round robin (A58) asks; for servers, [`orca`] has the recorders, a
+//!   tower layer attaching per-call reports and the `OpenRcaService`.
 //!
 //! What a runtime must provide is the small [`Runtime`] trait: spawn a task, read the
 //! clock, sleep, and open a TCP connection. `xds-adapter-tokio` and
@@ -67,6 +71,7 @@ mod frames;
 mod holds;
 mod io;
 pub mod metrics;
+pub mod orca;
 mod pool;
 pub mod runtime;
 mod stream_tasks;

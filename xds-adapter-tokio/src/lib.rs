@@ -173,6 +173,10 @@ pub type ClientPool = xds_adapter_common::ClientPool<TokioRuntime>;
 /// router); [`CsdsServer`] serves it on its own listener.
 pub type CsdsService = xds_adapter_common::CsdsService<TokioRuntime>;
 
+/// The ORCA out-of-band `OpenRcaService` (gRFC A51) of a [`ServerMetricRecorder`],
+/// timed on tokio: see [`xds_adapter_common::orca::OrcaService`].
+pub type OrcaService = xds_adapter_common::orca::OrcaService<TokioRuntime>;
+
 /// The tokio side of the shared client: a runtime handle and the clock origin.
 #[derive(Clone, Debug)]
 pub struct TokioRuntime {

@@ -1,14 +1,18 @@
 //! Load-balancer pick cost over 1,000 READY endpoints: `round_robin` (one locality, so
 //! the weighted-locality step runs too), `ring_hash` (A42, a 2,000-entry ring for 1,000
-//! equal weights) and `least_request` (A48, two choices); and `round_robin` on a cluster
-//! that reports its load (LRS: the pick also finds the endpoint's locality counters and
+//! equal weights), `least_request` (A48, two choices) and `weighted_round_robin` (A58
+//! under `wrr_locality`, its EDF scheduler over 1,000 endpoints weighing ten different
+//! ORCA-reported weights, past their blackout); and `round_robin` on a cluster that
+//! reports its load (LRS: the pick also finds the endpoint's locality counters and
 //! counts the call, its end counts the outcome).
 //!
 //! Each measured pick is a full [`LoadBalancer::pick`]: the cluster looked up by name,
 //! drops, circuit breaker, priority, locality and the endpoint policy, returning the
 //! subchannel, its address and the call token. `pick + finish` adds
-//! [`LoadBalancer::call_finished`], as an RPC does. The floor, measured in the same run,
-//! is the least any picker does: the next element of a `Vec` of 1,000 addresses.
+//! [`LoadBalancer::call_finished`], as an RPC does (for weighted round robin
+//! [`LoadBalancer::call_finished_with_report`] with the call's decoded ORCA report, so
+//! the weight update is measured too). The floor, measured in the same run, is the
+//! least any picker does: the next element of a `Vec` of 1,000 addresses.
 //!
 //! Before the measurements a counting global allocator reports the allocations of
 //! 100,000 picks per policy (the target is zero); the run fails if there are any.
@@ -28,9 +32,10 @@ use xds_proto_core::lb::{
     CallOutcome, ConnectivityState, LbAction, LbSettings, LoadBalancer, Pick, PickArgs,
 };
 use xds_proto_core::lrs::ClusterLoadStats;
+use xds_proto_core::orca::OrcaLoadReport;
 use xds_proto_core::resource::{
     ClusterResource, ClusterType, Endpoint, EndpointsResource, HealthStatus, LbPolicy, Locality,
-    LocalityEndpoints, Priority,
+    LocalityEndpoints, Priority, WeightedRoundRobinConfig,
 };
 use xds_proto_testing::alloc::{self, CountingAlloc};
 
@@ -44,8 +49,30 @@ fn address(i: u16) -> SocketAddr {
     SocketAddr::from(([10, (i >> 8) as u8, i as u8, 1], 8080))
 }
 
-/// A load balancer with one cluster of 1,000 READY endpoints under `policy`, counting
-/// its load for LRS when `lrs`.
+/// When the picks are measured: weighted round robin's weights are in use by then.
+const NOW: Instant = Instant::from_secs(2);
+
+/// Endpoint `i`'s utilization: 0.1 to 1.0 by `i % 10`.
+fn utilization(address: SocketAddr) -> f64 {
+    let SocketAddr::V4(v4) = address else {
+        unreachable!("the endpoints are IPv4")
+    };
+    let [_, high, low, _] = v4.ip().octets();
+    0.1 + f64::from(u16::from_be_bytes([high, low]) % 10) * 0.1
+}
+
+/// An endpoint's ORCA report: 100 qps at its utilization.
+fn load(address: SocketAddr) -> OrcaLoadReport {
+    OrcaLoadReport {
+        qps: 100.0,
+        cpu_utilization: utilization(address),
+        ..OrcaLoadReport::default()
+    }
+}
+
+/// A load balancer with one cluster of 1,000 READY endpoints under `policy`, at
+/// [`NOW`], counting its load for LRS when `lrs`; with weighted round robin every
+/// endpoint has reported its load.
 fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
     let endpoints = (0..ENDPOINTS)
         .map(|i| Endpoint {
@@ -78,13 +105,13 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
         outlier_detection: None,
     };
     let config = ClusterConfig {
-        load_stats: lrs.then(|| ClusterLoadStats::new(CLUSTER, None)),
         cluster: Arc::new(cluster),
         children: ClusterResolution::Endpoints {
             service_name: CLUSTER.into(),
             endpoints: Some(Arc::new(assignment)),
             resolution_note: None,
         },
+        load_stats: lrs.then(|| ClusterLoadStats::new(CLUSTER, None)),
     };
     let mut lb = LoadBalancer::new(LbSettings::new(1));
     let now = Instant::ZERO;
@@ -108,6 +135,22 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
             }
         }
     }
+    // Weighted round robin: every endpoint reports (the scheduler picks each at least
+    // once in 20,000 picks), and the weights are used from the next update on.
+    for _ in 0..20 * usize::from(ENDPOINTS) {
+        let args = PickArgs {
+            hash: None,
+            random: rng.next(),
+        };
+        if let Pick::Complete { call, address, .. } = lb.pick(now, CLUSTER, &args) {
+            let report = load(address);
+            lb.call_finished_with_report(now, call, CallOutcome::Success, Some(&report));
+        }
+    }
+    while let Some(at) = lb.poll_timeout().filter(|at| *at <= NOW) {
+        lb.handle_timeout(at);
+    }
+    lb.handle_timeout(NOW);
     lb
 }
 
@@ -125,7 +168,7 @@ impl SplitMix {
 }
 
 /// The policies measured, by name, and whether the cluster reports its load.
-fn policies() -> [(&'static str, LbPolicy, bool); 4] {
+fn policies() -> [(&'static str, LbPolicy, bool); 5] {
     [
         ("round_robin", LbPolicy::RoundRobin, false),
         ("round_robin+lrs", LbPolicy::RoundRobin, true),
@@ -142,27 +185,64 @@ fn policies() -> [(&'static str, LbPolicy, bool); 4] {
             LbPolicy::LeastRequest { choice_count: 2 },
             false,
         ),
+        (
+            "weighted_round_robin",
+            LbPolicy::WrrLocality(Box::new(LbPolicy::WeightedRoundRobin(
+                WeightedRoundRobinConfig {
+                    blackout_period: Duration::ZERO,
+                    ..WeightedRoundRobinConfig::default()
+                },
+            ))),
+            false,
+        ),
     ]
+}
+
+/// Ends a call as an RPC through the channel does: with its ORCA report when the
+/// call wants it.
+fn finish(lb: &mut LoadBalancer, call: xds_proto_core::lb::CallToken, report: &OrcaLoadReport) {
+    let report = call.wants_load_report().then_some(report);
+    lb.call_finished_with_report(NOW, call, CallOutcome::Success, report);
 }
 
 fn report_allocations() {
     for (name, policy, lrs) in policies() {
         let mut lb = ready_lb(policy, lrs);
         let mut rng = SplitMix(11);
+        let report = load(address(0));
         let before = alloc::allocations();
         for _ in 0..100_000 {
             let args = PickArgs {
                 hash: Some(rng.next()),
                 random: rng.next(),
             };
-            if let Pick::Complete { call, .. } = lb.pick(Instant::ZERO, CLUSTER, &args) {
-                lb.call_finished(Instant::ZERO, call, CallOutcome::Success);
+            if let Pick::Complete { call, .. } = lb.pick(NOW, CLUSTER, &args) {
+                finish(&mut lb, call, &report);
             }
         }
         let allocations = alloc::allocations() - before;
         println!("lb {name}: allocations per 100,000 picks (with call_finished): {allocations}");
         assert_eq!(allocations, 0, "{name} picks allocate");
     }
+    // The weighted round robin measured is weighted: an endpoint at utilization 0.1
+    // gets ten times the picks of one at 1.0.
+    let mut lb = ready_lb(policies()[4].1.clone(), false);
+    let (mut light, mut heavy) = (0u64, 0u64);
+    for i in 0..100_000 {
+        let args = PickArgs {
+            hash: None,
+            random: i,
+        };
+        if let Pick::Complete { address, call, .. } = lb.pick(NOW, CLUSTER, &args) {
+            let u = utilization(address);
+            light += u64::from(u < 0.15);
+            heavy += u64::from(u > 0.95);
+            lb.call_finished(NOW, call, CallOutcome::Success);
+        }
+    }
+    let ratio = light as f64 / heavy as f64;
+    println!("lb weighted_round_robin: picks at utilization 0.1 / at 1.0 = {ratio:.2}");
+    assert!((9.5..10.5).contains(&ratio), "weights not in use: {ratio}");
 }
 
 fn bench(c: &mut Criterion) {
@@ -183,7 +263,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     for (name, policy, lrs) in policies() {
-        let mut lb = ready_lb(policy.clone(), lrs);
+        let mut lb = ready_lb(policy, lrs);
         let mut rng = SplitMix(5);
         group.bench_function(format!("{name}/pick"), |b| {
             b.iter(|| {
@@ -191,18 +271,20 @@ fn bench(c: &mut Criterion) {
                     hash: Some(rng.next()),
                     random: rng.next(),
                 };
-                black_box(lb.pick(Instant::ZERO, black_box(CLUSTER), &args))
+                black_box(lb.pick(NOW, black_box(CLUSTER), &args))
             })
         });
+        let (_, policy, lrs) = policies().into_iter().find(|p| p.0 == name).unwrap();
         let mut lb = ready_lb(policy, lrs);
+        let report = load(address(0));
         group.bench_function(format!("{name}/pick+finish"), |b| {
             b.iter(|| {
                 let args = PickArgs {
                     hash: Some(rng.next()),
                     random: rng.next(),
                 };
-                if let Pick::Complete { call, .. } = lb.pick(Instant::ZERO, CLUSTER, &args) {
-                    lb.call_finished(Instant::ZERO, call, CallOutcome::Success);
+                if let Pick::Complete { call, .. } = lb.pick(NOW, CLUSTER, &args) {
+                    finish(&mut lb, call, &report);
                 }
             })
         });

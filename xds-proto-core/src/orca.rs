@@ -108,6 +108,15 @@ impl OrcaLoadReport {
         }
         let pb = orca_pb::OrcaLoadReport::decode(bytes)
             .map_err(|e| OrcaError::Malformed(e.to_string()))?;
+        OrcaLoadReport::from_proto(pb)
+    }
+
+    /// Validates a decoded report (one a gRPC codec decoded, bounded by its own
+    /// message size limit, which should be [`MAX_REPORT_BYTES`]).
+    ///
+    /// # Errors
+    /// A map with too many entries.
+    pub fn from_proto(pb: orca_pb::OrcaLoadReport) -> Result<OrcaLoadReport, OrcaError> {
         for (field, count) in [
             ("request_cost", pb.request_cost.len()),
             ("utilization", pb.utilization.len()),
@@ -167,9 +176,9 @@ impl OrcaLoadReport {
     }
 }
 
-/// The serialized `OrcaLoadReportRequest` that opens an out-of-band stream asking for
-/// a report every `interval` (the server may send them less often).
-pub fn oob_request(interval: Duration) -> Vec<u8> {
+/// The `OrcaLoadReportRequest` that opens an out-of-band stream asking for a report
+/// every `interval` (the server may send them less often).
+pub fn oob_request(interval: Duration) -> service_pb::OrcaLoadReportRequest {
     service_pb::OrcaLoadReportRequest {
         report_interval: Some(crate::pb::google::protobuf::Duration {
             seconds: i64::try_from(interval.as_secs()).unwrap_or(i64::MAX),
@@ -177,7 +186,15 @@ pub fn oob_request(interval: Duration) -> Vec<u8> {
         }),
         request_cost_names: Vec::new(),
     }
-    .encode_to_vec()
+}
+
+/// The interval an `OrcaLoadReportRequest` asks for (a server's view): `None` when
+/// unset, zero or negative, which a server treats as its minimum (A51).
+pub fn requested_interval(request: &service_pb::OrcaLoadReportRequest) -> Option<Duration> {
+    let d = request.report_interval.as_ref()?;
+    let seconds = u64::try_from(d.seconds).ok()?;
+    let nanos = u32::try_from(d.nanos).ok().filter(|n| *n < 1_000_000_000)?;
+    Some(Duration::new(seconds, nanos)).filter(|d| !d.is_zero())
 }
 
 #[cfg(test)]

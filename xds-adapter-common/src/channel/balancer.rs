@@ -5,9 +5,9 @@
 //! Per RPC, routing and the pick take the lock once (a few hundred nanoseconds), with
 //! no message to another task. Every mutation of the balancer follows the core's drive
 //! loop: the mutation, then its actions drained under the lock (`Disconnect` and
-//! `PickerChanged` are carried out there; `Connect` and `ResolveDns` spawn work once
-//! the lock is released); the driver task (`driver`) sleeps until `poll_timeout` and
-//! is woken when a mutation brings that time forward.
+//! `PickerChanged` are carried out there; `Connect`, `ResolveDns` and `LoadReports`
+//! spawn work once the lock is released); the driver task (`driver`) sleeps until
+//! `poll_timeout` and is woken when a mutation brings that time forward.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use futures::channel::mpsc::UnboundedSender;
+use http::HeaderMap;
 use hyper::client::conn::http2::SendRequest;
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -24,8 +25,10 @@ use xds_proto_core::dependency::XdsConfig;
 use xds_proto_core::lb::{
     CallOutcome, CallToken, ConnectivityState, LbAction, LoadBalancer, Pick, PickArgs, SubchannelId,
 };
+use xds_proto_core::orca::OrcaLoadReport;
 use xds_proto_core::selector::{ConfigSelector, Metadata, Selection};
 
+use super::orca::{self, OobStart, OobStreams};
 use super::wire;
 use crate::runtime::Runtime;
 use crate::transport::Connection;
@@ -100,8 +103,19 @@ impl<K: Eq + Hash> Connections<K> {
 
     /// The connection an RPC picked for `key` may go on: READY, and taking new streams.
     fn usable(&self, key: &K) -> Option<&Connection> {
-        let conn = self.slots.get(key)?.ready.as_ref()?;
-        conn.takes_new_streams().then_some(conn)
+        self.ready(key).map(|(_, conn)| conn)
+    }
+
+    /// `key`'s usable connection, with its attempt.
+    fn ready(&self, key: &K) -> Option<(Attempt, &Connection)> {
+        let slot = self.slots.get(key)?;
+        let conn = slot.ready.as_ref()?;
+        conn.takes_new_streams().then_some((slot.attempt, conn))
+    }
+
+    /// Whether `attempt` is still `key`'s current one.
+    fn is_current(&self, key: &K, attempt: Attempt) -> bool {
+        self.slots.get(key).is_some_and(|s| s.attempt == attempt)
     }
 }
 
@@ -121,6 +135,7 @@ pub(crate) enum DriverEvent {
 pub(crate) struct Deferred {
     connects: Vec<(SubchannelId, Attempt, SocketAddr)>,
     resolves: Vec<(String, String, u16)>,
+    oob_starts: Vec<OobStart>,
 }
 
 pub(crate) struct State {
@@ -133,6 +148,10 @@ pub(crate) struct State {
     queued: Vec<Waker>,
     /// The timeout the driver sleeps until.
     armed: Option<Instant>,
+    /// ORCA out-of-band streams, wanted and running.
+    oob: OobStreams,
+    /// Streams a mutation started, to spawn once the lock is released.
+    oob_starts: Vec<OobStart>,
 }
 
 /// Where a pick for an RPC stands.
@@ -149,7 +168,12 @@ pub(crate) enum PickResult {
 /// Reports how a call ended (the response body holds one, type-erased, so that it
 /// does not carry the runtime type).
 pub(crate) trait CallReporter: Send + Sync {
-    fn call_finished(self: Arc<Self>, call: CallToken, code: tonic::Code);
+    fn call_finished(
+        self: Arc<Self>,
+        call: CallToken,
+        code: tonic::Code,
+        report: Option<OrcaLoadReport>,
+    );
 }
 
 /// The end of one call: reported once, as cancelled when dropped unreported. It holds
@@ -173,10 +197,12 @@ impl CallEnd {
         }
     }
 
-    /// Reports the call's final status.
-    pub(crate) fn finish(mut self, code: tonic::Code) {
+    /// Reports the call's final status, with its ORCA load report when the pick wants
+    /// it and `trailers` (or a Trailers-Only response's headers) carry one.
+    pub(crate) fn finish(mut self, code: tonic::Code, trailers: Option<&HeaderMap>) {
         if let Some(call) = self.call.take() {
-            self.reporter.clone().call_finished(call, code);
+            let report = orca::call_report(&call, trailers);
+            self.reporter.clone().call_finished(call, code, report);
         }
     }
 }
@@ -186,7 +212,7 @@ impl Drop for CallEnd {
         if let Some(call) = self.call.take() {
             self.reporter
                 .clone()
-                .call_finished(call, tonic::Code::Cancelled);
+                .call_finished(call, tonic::Code::Cancelled, None);
         }
     }
 }
@@ -217,6 +243,8 @@ impl<R: Runtime> Shared<R> {
                 picker_generation: 0,
                 queued: Vec::new(),
                 armed: None,
+                oob: OobStreams::default(),
+                oob_starts: Vec::new(),
             }),
             driver,
             settings,
@@ -255,6 +283,9 @@ impl<R: Runtime> Shared<R> {
     fn carry_out(self: &Arc<Self>, deferred: Deferred) {
         for (subchannel, attempt, address) in deferred.connects {
             super::subchannel::spawn_connect(self, subchannel, attempt, address);
+        }
+        for start in deferred.oob_starts {
+            orca::spawn(self, start);
         }
         for (cluster, host, port) in deferred.resolves {
             let driver = self.driver.clone();
@@ -372,7 +403,28 @@ impl<R: Runtime> Shared<R> {
     ) {
         self.mutate(|s, now| {
             if s.connections.report(&subchannel, attempt, ready) {
+                match s.connections.ready(&subchannel) {
+                    Some((attempt, conn)) => s
+                        .oob_starts
+                        .extend(s.oob.connected(subchannel, attempt, conn)),
+                    None => s.oob.disconnected(subchannel),
+                }
                 s.lb.subchannel_state(now, subchannel, state);
+            }
+        });
+    }
+
+    /// An ORCA out-of-band report from `subchannel`'s connection `attempt` (ignored
+    /// when that connection is no longer the subchannel's).
+    pub(crate) fn oob_report(
+        self: &Arc<Self>,
+        subchannel: SubchannelId,
+        attempt: Attempt,
+        report: &OrcaLoadReport,
+    ) {
+        self.mutate(|s, now| {
+            if s.connections.is_current(&subchannel, attempt) {
+                s.lb.oob_report(now, subchannel, report);
             }
         });
     }
@@ -397,14 +449,21 @@ impl<R: Runtime> Shared<R> {
 }
 
 impl<R: Runtime> CallReporter for Shared<R> {
-    fn call_finished(self: Arc<Self>, call: CallToken, code: tonic::Code) {
+    fn call_finished(
+        self: Arc<Self>,
+        call: CallToken,
+        code: tonic::Code,
+        report: Option<OrcaLoadReport>,
+    ) {
         // A50 counts every status but OK as a failure, cancellations included.
         let outcome = if code == tonic::Code::Ok {
             CallOutcome::Success
         } else {
             CallOutcome::Failure
         };
-        self.mutate(|state, now| state.lb.call_finished(now, call, outcome));
+        self.mutate(|state, now| {
+            (state.lb).call_finished_with_report(now, call, outcome, report.as_ref())
+        });
     }
 }
 
@@ -412,7 +471,10 @@ impl State {
     /// Drains the balancer's actions: what can be done under the lock is done, the
     /// rest is returned.
     fn drain_actions(&mut self) -> Deferred {
-        let mut deferred = Deferred::default();
+        let mut deferred = Deferred {
+            oob_starts: std::mem::take(&mut self.oob_starts),
+            ..Deferred::default()
+        };
         while let Some(action) = self.lb.poll_action() {
             match action {
                 LbAction::Connect {
@@ -425,8 +487,22 @@ impl State {
                 // Forgotten, or kept IDLE with its connection closed (a priority not
                 // in use for 15 minutes): a later `Connect` dials anew. RPCs on the
                 // connection hold their own handle and finish.
-                LbAction::Disconnect { subchannel } | LbAction::Idle { subchannel } => {
+                LbAction::Disconnect { subchannel } => {
                     self.connections.remove(&subchannel);
+                    self.oob.forget(subchannel);
+                }
+                LbAction::Idle { subchannel } => {
+                    self.connections.remove(&subchannel);
+                    self.oob.disconnected(subchannel);
+                }
+                LbAction::LoadReports {
+                    subchannel,
+                    interval,
+                } => {
+                    let ready = self.connections.ready(&subchannel);
+                    deferred
+                        .oob_starts
+                        .extend(self.oob.set(subchannel, interval, ready));
                 }
                 LbAction::ResolveDns {
                     cluster,

@@ -175,11 +175,11 @@ impl ResponseBody {
         }
     }
 
-    fn finish(&mut self, code: tonic::Code) {
+    fn finish(&mut self, code: tonic::Code, trailers: Option<&http::HeaderMap>) {
         self.inner = None;
         self.deadline = None;
         if let Some(end) = self.end.take() {
-            end.finish(code);
+            end.finish(code, trailers);
         }
     }
 }
@@ -195,7 +195,7 @@ impl Body for ResponseBody {
         if let Some(deadline) = &mut self.deadline
             && deadline.poll_unpin(cx).is_ready()
         {
-            self.finish(tonic::Code::DeadlineExceeded);
+            self.finish(tonic::Code::DeadlineExceeded, None);
             let mut trailers = http::HeaderMap::new();
             let status = tonic::Status::deadline_exceeded("the RPC's deadline passed");
             let _ = status.add_header(&mut trailers);
@@ -208,18 +208,18 @@ impl Body for ResponseBody {
             Some(Ok(frame)) => {
                 if let Some(trailers) = frame.trailers_ref() {
                     let code = wire::status_code(trailers).unwrap_or(tonic::Code::Unknown);
-                    self.finish(code);
+                    self.finish(code, Some(trailers));
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Some(Err(e)) => {
-                self.finish(tonic::Code::Unavailable);
+                self.finish(tonic::Code::Unavailable, None);
                 Poll::Ready(Some(Err(e)))
             }
             None => {
                 // A stream that ends without trailers carries no status: gRPC says
                 // INTERNAL (tonic reports the missing status itself).
-                self.finish(tonic::Code::Internal);
+                self.finish(tonic::Code::Internal, None);
                 Poll::Ready(None)
             }
         }

@@ -333,7 +333,7 @@ async fn send_attempt(
 ) -> Sent {
     match deadline.run(send.try_send_request(request)).await {
         None => {
-            end.finish(tonic::Code::DeadlineExceeded);
+            end.finish(tonic::Code::DeadlineExceeded, None);
             Sent::DeadlineExceeded
         }
         Some(Err(mut error)) => match error.take_message() {
@@ -341,7 +341,7 @@ async fn send_attempt(
             // shut down first): A6's transparent retry. The balancer counts the pick
             // a failure, as gRPC-Go's does.
             Some(request) => {
-                end.finish(tonic::Code::Unavailable);
+                end.finish(tonic::Code::Unavailable, None);
                 tracing::debug!(error = %error.error(), "retrying an RPC that never left the client");
                 Sent::Unsent(request)
             }
@@ -366,7 +366,7 @@ fn attempt_end(
     let response = match result {
         Ok(response) => response,
         Err(e) => {
-            end.finish(tonic::Code::Unavailable);
+            end.finish(tonic::Code::Unavailable, None);
             let status = tonic::Status::unavailable(format!(
                 "the attempt failed: {}",
                 crate::transport::error_chain(&e)
@@ -390,7 +390,8 @@ fn attempt_end(
             ))
         }
         Some(code) => {
-            end.finish(code);
+            // A Trailers-Only response: its headers are its trailers.
+            end.finish(code, Some(response.headers()));
             if code == tonic::Code::Ok || committed {
                 let (parts, _) = response.into_parts();
                 return AttemptEnd::Commit(http::Response::from_parts(

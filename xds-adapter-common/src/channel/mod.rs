@@ -17,6 +17,7 @@
 mod balancer;
 mod body;
 mod call;
+mod orca;
 mod retry;
 mod subchannel;
 mod wire;

@@ -154,14 +154,23 @@ fn weighted_round_robin_prefers_application_utilization() {
 
 #[test]
 fn the_oob_request_carries_the_interval() {
-    let request =
-        service_pb::OrcaLoadReportRequest::decode(&oob_request(Duration::from_millis(1500))[..])
-            .unwrap();
+    let request = oob_request(Duration::from_millis(1500));
     let interval = request.report_interval.unwrap();
     assert_eq!((interval.seconds, interval.nanos), (1, 500_000_000));
-    let huge = service_pb::OrcaLoadReportRequest::decode(&oob_request(Duration::MAX)[..])
-        .unwrap()
-        .report_interval
-        .unwrap();
-    assert_eq!(huge.seconds, i64::MAX);
+    assert_eq!(
+        requested_interval(&request),
+        Some(Duration::from_millis(1500))
+    );
+    let huge = oob_request(Duration::MAX);
+    assert_eq!(huge.report_interval.as_ref().unwrap().seconds, i64::MAX);
+    assert!(requested_interval(&huge).is_some());
+    // Unset, zero, negative or malformed: the server's minimum applies.
+    for (seconds, nanos) in [(0, 0), (-1, 0), (1, -1), (1, 1_000_000_000)] {
+        let mut request = oob_request(Duration::ZERO);
+        request.report_interval = Some(crate::pb::google::protobuf::Duration { seconds, nanos });
+        assert_eq!(requested_interval(&request), None, "{seconds} s {nanos} ns");
+    }
+    let mut request = oob_request(Duration::ZERO);
+    request.report_interval = None;
+    assert_eq!(requested_interval(&request), None);
 }
