@@ -220,6 +220,44 @@ fn clusters_decode_to_their_discovery_type() {
 }
 
 #[test]
+fn the_wrr_cluster_decodes_to_weighted_round_robin_under_wrr_locality() {
+    use xds_proto_core::pb::envoy::extensions::load_balancing_policies::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin;
+    use xds_proto_core::pb::google::protobuf::{BoolValue, FloatValue};
+    let config = ClientSideWeightedRoundRobin {
+        enable_oob_load_report: Some(BoolValue { value: true }),
+        oob_reporting_period: Some(resources::pb_duration(Duration::from_millis(200))),
+        blackout_period: Some(resources::pb_duration(Duration::ZERO)),
+        weight_update_period: Some(resources::pb_duration(Duration::from_millis(100))),
+        error_utilization_penalty: Some(FloatValue { value: 0.5 }),
+        ..Default::default()
+    };
+    let c = decode_cluster(&resources::wrr_cluster("w", config)).expect("a valid cluster");
+    let cluster::LbPolicy::WrrLocality(child) = c.lb_policy else {
+        panic!("wrr_locality: {:?}", c.lb_policy);
+    };
+    let cluster::LbPolicy::WeightedRoundRobin(wrr) = *child else {
+        panic!("weighted round robin first: {child:?}");
+    };
+    assert!(wrr.enable_oob_load_report);
+    assert_eq!(wrr.oob_reporting_period, Duration::from_millis(200));
+    assert_eq!(wrr.blackout_period, Duration::ZERO);
+    assert_eq!(wrr.weight_update_period, Duration::from_millis(100));
+    assert_eq!(wrr.error_utilization_penalty, 0.5);
+    assert_eq!(
+        wrr.weight_expiration_period,
+        Duration::from_secs(180),
+        "A58's default"
+    );
+    // A negative penalty is refused (A58).
+    let bad = ClientSideWeightedRoundRobin {
+        error_utilization_penalty: Some(FloatValue { value: -1.0 }),
+        ..Default::default()
+    };
+    let e = decode_cluster(&resources::wrr_cluster("bad", bad)).unwrap_err();
+    assert!(e.to_string().contains("error_utilization_penalty"), "{e}");
+}
+
+#[test]
 fn endpoints_keep_localities_priorities_health_and_weights() {
     let e = decode_endpoints(&resources::endpoints("c", &[8080, 8081]));
     assert_eq!(e.cluster_name, "c");

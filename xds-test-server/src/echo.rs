@@ -7,6 +7,11 @@
 //! ([`EchoBackend::set_failing`], for outlier detection) or the next few
 //! ([`EchoBackend::fail_next`], for retries), each with UNAVAILABLE. A request may ask
 //! for a delay before the answer ([`EchoRequest::delay_ms`], for deadlines).
+//!
+//! [`EchoBackend::start_with_orca`] starts one that reports its load (gRFC A51) through
+//! the adapters' ORCA server layer ([`EchoOrca`]): per call, its
+//! [`ServerMetricRecorder`]'s metrics and, when asked, the rate of RPCs it actually
+//! serves as `qps`; out of band, the `OpenRcaService` too when given one.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,6 +25,10 @@ use futures::future::BoxFuture;
 use http::uri::PathAndQuery;
 use tonic::client::{Grpc, GrpcService};
 use tonic_prost::ProstCodec;
+use tower_layer::Layer;
+pub use xds_adapter_common::orca::ServerMetricRecorder;
+use xds_adapter_common::orca::{CallMetricRecorder, OrcaLayer, OrcaService};
+use xds_adapter_common::runtime::Runtime;
 
 use crate::host::Host;
 
@@ -126,6 +135,18 @@ impl EchoBackend {
     /// # Panics
     /// When no port can be bound on 127.0.0.1.
     pub fn start(name: &str) -> EchoBackend {
+        EchoBackend::start_serving(name, None)
+    }
+
+    /// [`start`](Self::start)s a backend that reports its load as `orca` says.
+    ///
+    /// # Panics
+    /// When no port can be bound on 127.0.0.1.
+    pub fn start_with_orca(name: &str, orca: EchoOrca) -> EchoBackend {
+        EchoBackend::start_serving(name, Some(Arc::new(orca)))
+    }
+
+    fn start_serving(name: &str, orca: Option<Arc<EchoOrca>>) -> EchoBackend {
         let host = Host::for_caller("loopback-echo-backend");
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1");
         listener
@@ -136,6 +157,7 @@ impl EchoBackend {
         let service = EchoService {
             name: Arc::from(name),
             counters: Arc::default(),
+            orca,
         };
         let backend = EchoBackend {
             name: service.name.clone(),
@@ -221,11 +243,100 @@ async fn serve(
     connections.abort_all();
 }
 
-/// The HTTP service: routes [`ECHO_PATH`], answers everything else UNIMPLEMENTED.
+/// How an ORCA echo backend reports its load (gRFC A51).
+pub struct EchoOrca {
+    recorder: ServerMetricRecorder,
+    measured_qps: Option<RateMeter>,
+    oob: Option<OobService>,
+}
+
+type OobService = Box<
+    dyn Fn(
+            http::Request<hyper::body::Incoming>,
+        ) -> BoxFuture<'static, http::Response<tonic::body::Body>>
+        + Send
+        + Sync,
+>;
+
+impl std::fmt::Debug for EchoOrca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EchoOrca")
+            .field("recorder", &self.recorder)
+            .field(
+                "measured_qps",
+                &self.measured_qps.as_ref().map(|m| m.window),
+            )
+            .field("oob", &self.oob.is_some())
+            .finish()
+    }
+}
+
+impl EchoOrca {
+    /// Every reply carries `recorder`'s metrics as its per-call report.
+    pub fn new(recorder: ServerMetricRecorder) -> EchoOrca {
+        EchoOrca {
+            recorder,
+            measured_qps: None,
+            oob: None,
+        }
+    }
+
+    /// Each call also records, as its `qps`, the RPCs the backend received in the last
+    /// `window` (per second): what it actually serves, not what the recorder says.
+    pub fn measured_qps(mut self, window: Duration) -> EchoOrca {
+        self.measured_qps = Some(RateMeter::new(window));
+        self
+    }
+
+    /// Also serves the out-of-band `OpenRcaService` (pass one over the same recorder).
+    pub fn out_of_band<R: Runtime>(mut self, service: OrcaService<R>) -> EchoOrca {
+        self.oob = Some(Box::new(move |request| {
+            let mut service = service.clone();
+            Box::pin(async move {
+                match tower_service::Service::call(&mut service, request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            })
+        }));
+        self
+    }
+}
+
+/// RPCs per second over a sliding window.
+struct RateMeter {
+    window: Duration,
+    seen: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
+}
+
+impl RateMeter {
+    fn new(window: Duration) -> RateMeter {
+        RateMeter {
+            window,
+            seen: Default::default(),
+        }
+    }
+
+    /// Counts one RPC now; the rate over the window up to now.
+    fn tick(&self) -> f64 {
+        let now = std::time::Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.push_back(now);
+        while seen.front().is_some_and(|t| now - *t > self.window) {
+            seen.pop_front();
+        }
+        seen.len() as f64 / self.window.as_secs_f64()
+    }
+}
+
+/// The HTTP service: routes [`ECHO_PATH`] (through the ORCA layer when the backend
+/// reports load) and the ORCA out-of-band service if it has one, and answers
+/// everything else UNIMPLEMENTED.
 #[derive(Clone)]
 struct EchoService {
     name: Arc<str>,
     counters: Arc<Counters>,
+    orca: Option<Arc<EchoOrca>>,
 }
 
 impl tower_service::Service<http::Request<hyper::body::Incoming>> for EchoService {
@@ -238,6 +349,23 @@ impl tower_service::Service<http::Request<hyper::body::Incoming>> for EchoServic
     }
 
     fn call(&mut self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(orca) = self.orca.clone() {
+            let path = request.uri().path();
+            if let Some(oob) = orca.oob.as_ref().filter(|_| path == STREAM_CORE_METRICS) {
+                return oob(request).map(Ok).boxed();
+            }
+            let plain = EchoService {
+                orca: None,
+                ..self.clone()
+            };
+            let mut layered = OrcaLayer::new(orca.recorder.clone()).layer(Measured(plain, orca));
+            let response = tower_service::Service::call(&mut layered, request);
+            return async move {
+                let response = response.await?;
+                Ok(response.map(tonic::body::Body::new))
+            }
+            .boxed();
+        }
         if request.uri().path() != ECHO_PATH {
             let path = request.uri().path().to_string();
             return async move {
@@ -252,6 +380,32 @@ impl tower_service::Service<http::Request<hyper::body::Incoming>> for EchoServic
             Ok(grpc.unary(method, request).await)
         }
         .boxed()
+    }
+}
+
+const STREAM_CORE_METRICS: &str = xds_proto_core::orca::STREAM_CORE_METRICS_PATH;
+
+/// The echo service under the ORCA layer: records the measured qps on each call.
+#[derive(Clone)]
+struct Measured(EchoService, Arc<EchoOrca>);
+
+impl tower_service::Service<http::Request<hyper::body::Incoming>> for Measured {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(meter) = &self.1.measured_qps
+            && request.uri().path() == ECHO_PATH
+            && let Some(call) = request.extensions().get::<CallMetricRecorder>()
+        {
+            call.record_qps(meter.tick());
+        }
+        tower_service::Service::call(&mut self.0, request)
     }
 }
 

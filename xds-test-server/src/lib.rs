@@ -38,8 +38,8 @@
 //!
 //! [`resources`] builds valid (and deliberately invalid) Envoy resources, and [`demo`]
 //! holds the small mesh the CLI's demo serves. [`suite`], [`config_suite`],
-//! [`channel_suite`] and [`lrs_suite`] are the adapters' integration scenarios, written
-//! once for any runtime. The `tls` feature
+//! [`channel_suite`], [`lrs_suite`] and [`wrr_suite`] are the adapters' integration
+//! scenarios, written once for any runtime. The `tls` feature
 //! adds the `tls` module (a throwaway PKI built with rcgen, for tests only) and the TLS
 //! scenario; the CLI leaves it off.
 
@@ -67,6 +67,7 @@ mod sotw;
 pub mod suite;
 #[cfg(feature = "tls")]
 pub mod tls;
+pub mod wrr_suite;
 
 pub use delta::DeltaQuirks;
 pub use lrs::{LoadReportingSettings, RecordedLoadReport};

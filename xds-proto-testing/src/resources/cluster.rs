@@ -1,10 +1,13 @@
 //! Cluster builders: EDS clusters (with a circuit breaker that versions them, an
-//! explicit service name, padding for message-size tests, or a TLS context, A29),
-//! aggregate and LOGICAL_DNS clusters, and a cluster that fails validation.
+//! explicit service name, padding for message-size tests, a TLS context (A29), or
+//! client-side weighted round robin), aggregate and LOGICAL_DNS clusters, and a cluster
+//! that fails validation.
 
 use xds_proto_core::pb::envoy::config::cluster::v3 as cluster;
+use xds_proto_core::pb::envoy::config::core::v3::TypedExtensionConfig;
 use xds_proto_core::pb::envoy::config::endpoint::v3 as endpoint;
 use xds_proto_core::pb::envoy::extensions::clusters::aggregate::v3 as aggregate;
+use xds_proto_core::pb::envoy::extensions::load_balancing_policies as lb;
 use xds_proto_core::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use xds_proto_core::pb::google::protobuf::{Any, UInt32Value};
 use xds_proto_core::resource::type_url;
@@ -107,6 +110,71 @@ pub fn invalid_cluster(name: &str) -> Any {
         cluster::cluster::DiscoveryType::Static as i32,
     ));
     any(type_url::CLUSTER, &c)
+}
+
+/// The type URL of client-side weighted round robin's config (A58).
+pub const CLIENT_SIDE_WRR_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin";
+/// The type URL of `wrr_locality`'s config (A52).
+pub const WRR_LOCALITY_TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.wrr_locality.v3.WrrLocality";
+/// The type URL of `round_robin`'s config (A52).
+pub const ROUND_ROBIN_TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";
+
+/// A `load_balancing_policy` list entry.
+fn policy(
+    name: &str,
+    type_url: &str,
+    config: &impl prost::Message,
+) -> cluster::load_balancing_policy::Policy {
+    cluster::load_balancing_policy::Policy {
+        typed_extension_config: Some(TypedExtensionConfig {
+            name: name.to_string(),
+            typed_config: Some(any(type_url, config)),
+        }),
+    }
+}
+
+/// [`cluster_msg`] (1024 max requests) balanced by client-side weighted round robin
+/// (A58) with `config`, as A58's example puts it: under `wrr_locality` (A52), with
+/// `round_robin` listed after it for clients without weighted round robin.
+///
+/// gRPC takes the first policy of a list it supports; `wrr_locality` needs an
+/// `endpoint_picking_policy`; weighted round robin's `error_utilization_penalty` must
+/// not be negative, and its durations must be valid (`weight_update_period` below
+/// 100 ms counts as 100 ms). Its weights come from the endpoints' ORCA reports (A51),
+/// per call unless `enable_oob_load_report` is set.
+pub fn wrr_cluster_msg(
+    name: &str,
+    config: lb::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin,
+) -> cluster::Cluster {
+    let endpoint_picking = cluster::LoadBalancingPolicy {
+        policies: vec![
+            policy("weighted_round_robin", CLIENT_SIDE_WRR_TYPE_URL, &config),
+            policy(
+                "round_robin",
+                ROUND_ROBIN_TYPE_URL,
+                &lb::round_robin::v3::RoundRobin::default(),
+            ),
+        ],
+    };
+    let locality = lb::wrr_locality::v3::WrrLocality {
+        endpoint_picking_policy: Some(endpoint_picking),
+    };
+    cluster::Cluster {
+        load_balancing_policy: Some(cluster::LoadBalancingPolicy {
+            policies: vec![policy("wrr_locality", WRR_LOCALITY_TYPE_URL, &locality)],
+        }),
+        ..cluster_msg(name, 1024)
+    }
+}
+
+/// [`wrr_cluster_msg`] as an `Any`.
+pub fn wrr_cluster(
+    name: &str,
+    config: lb::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin,
+) -> Any {
+    any(type_url::CLUSTER, &wrr_cluster_msg(name, config))
 }
 
 /// An aggregate cluster (A37) over `children`, in priority order. gRPC requires a
