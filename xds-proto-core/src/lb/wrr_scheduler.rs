@@ -222,6 +222,19 @@ mod tests {
     }
 
     #[test]
+    fn a_thousand_equal_deadlines_go_in_listed_order() {
+        let mut s = EdfScheduler::default();
+        s.rebuild(&[1.0; 1000], || 0);
+        for round in 0..3 {
+            let order: Vec<usize> = (0..1000).map(|_| s.pick().unwrap()).collect();
+            assert!(
+                order.iter().copied().eq(0..1000),
+                "round {round}: {order:?}"
+            );
+        }
+    }
+
+    #[test]
     fn extreme_weights_are_bounded() {
         let p: Vec<f64> = periods(&[f64::MAX, 1e-300, f64::INFINITY, 1.0]).collect();
         assert_eq!(p[0], 1.0);
