@@ -65,6 +65,7 @@ gate "example custom_loop" cargo run --quiet -p xds-proto-core --example custom_
 # The tonic example runs: 200 RPCs through an xds:/// channel to the demo's echo
 # backends on loopback (about a second).
 gate "example xds_channel" cargo run --quiet -p xds-examples --example xds_channel
+gate "example custom_lb_policy" cargo run --quiet -p xds-proto-core --example custom_lb_policy
 
 echo "== fuzz smoke: every target for ${FUZZ_SECONDS}s"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

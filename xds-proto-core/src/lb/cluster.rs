@@ -140,7 +140,7 @@ impl LeafCluster {
         self.stop_children_from(now, pool, 0);
         // New references first, so that addresses still listed keep their subchannel.
         let old = std::mem::take(&mut self.subchannels);
-        self.priorities = build_specs(pool, &source, self.layout);
+        self.priorities = build_specs(pool, &source, &self.layout);
         self.subchannels = self
             .priorities
             .iter()
@@ -274,7 +274,7 @@ impl LeafCluster {
                 Choice::Start(i) => {
                     self.set_active(now, pool, i, true);
                     let mut ctx = Self::ctx(now, pool, &self.outlier, &mut self.weights);
-                    let child = PriorityChild::new(&mut ctx, self.layout, &self.priorities[i]);
+                    let child = PriorityChild::new(&mut ctx, &self.layout, &self.priorities[i]);
                     self.failover.started(now, i, child.state());
                     self.children[i] = Some(child);
                 }

@@ -1,10 +1,10 @@
 //! How a cluster's endpoints are laid out under its LB policy. As in gRPC,
 //! `round_robin` (also from the legacy `lb_policy` enum) and `wrr_locality` run the
 //! endpoint policy per locality under weighted locality picking; `ring_hash`,
-//! `least_request`, `pick_first` and a bare client-side weighted round robin (A58,
-//! normally under `wrr_locality`) run one policy over every endpoint of the priority,
-//! each endpoint weighted by locality weight × endpoint weight. Only endpoints whose
-//! health is UNKNOWN or HEALTHY are used.
+//! `least_request`, `pick_first`, a custom policy (A52) and a bare client-side weighted
+//! round robin (A58, normally under `wrr_locality`) run one policy over every endpoint
+//! of the priority, each endpoint weighted by locality weight × endpoint weight. Only
+//! endpoints whose health is UNKNOWN or HEALTHY are used.
 
 use super::api::{ConnectivityState, SubchannelId};
 use super::cluster::Source;
@@ -13,7 +13,7 @@ use super::policy::{Ctx, EndpointPolicy, EndpointSpec, PickRng, Picked, PolicyKi
 use super::subchannel::SubchannelPool;
 use crate::resource::cluster::{LbPolicy, MAX_CHOICE_COUNT};
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(super) struct Layout {
     pub(super) per_locality: bool,
     pub(super) policy: PolicyKind,
@@ -51,6 +51,7 @@ impl Layout {
             } => flat(PolicyKind::PickFirst {
                 shuffle: *shuffle_address_list,
             }),
+            LbPolicy::Custom(custom) => flat(PolicyKind::Custom(custom.validated().clone())),
             // A policy added to the enum later: round robin per locality.
             #[allow(unreachable_patterns)]
             _ => Layout {
@@ -73,7 +74,7 @@ pub(super) struct LocalitySpec {
 pub(super) fn build_specs(
     pool: &mut SubchannelPool,
     source: &Source,
-    layout: Layout,
+    layout: &Layout,
 ) -> Vec<Vec<LocalitySpec>> {
     let mut acquire = |addresses: &mut dyn Iterator<Item = std::net::SocketAddr>| {
         addresses
@@ -131,14 +132,14 @@ pub(super) enum PriorityChild {
 }
 
 impl PriorityChild {
-    pub(super) fn new(ctx: &mut Ctx, layout: Layout, localities: &[LocalitySpec]) -> Self {
+    pub(super) fn new(ctx: &mut Ctx, layout: &Layout, localities: &[LocalitySpec]) -> Self {
         if layout.per_locality {
             let children = localities
                 .iter()
                 .map(|l| {
                     (
                         l.weight,
-                        EndpointPolicy::new(ctx, layout.policy, &l.endpoints),
+                        EndpointPolicy::new(ctx, &layout.policy, &l.endpoints),
                     )
                 })
                 .collect();
@@ -148,7 +149,7 @@ impl PriorityChild {
                 .iter()
                 .flat_map(|l| l.endpoints.iter().cloned())
                 .collect();
-            PriorityChild::Flat(EndpointPolicy::new(ctx, layout.policy, &endpoints))
+            PriorityChild::Flat(EndpointPolicy::new(ctx, &layout.policy, &endpoints))
         }
     }
 

@@ -7,7 +7,7 @@
 //! breaking (`cluster`), outlier detection (`outlier`), priorities with failover
 //! (`priority`), weighted localities (`locality`) and an endpoint policy
 //! (`pick_first`, `round_robin`, `ring_hash`, `least_request`, `weighted_round_robin`
-//! with its weights from ORCA reports, `wrr*`); aggregate clusters fail over between
+//! with its weights from ORCA reports, `wrr*`, or an embedder's own, `custom`); aggregate clusters fail over between
 //! their leaf clusters the same way.
 //!
 //! The drive loop is the client's: one mutation ([`LoadBalancer::update`],
@@ -20,6 +20,7 @@
 mod aggregate;
 mod api;
 mod cluster;
+mod custom;
 mod dns;
 mod endpoint_list;
 mod layout;
@@ -45,6 +46,7 @@ pub use api::{
     CallOutcome, CallToken, ConnectivityState, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_RING_SIZE_CAP,
     LbAction, LbSettings, Pick, PickArgs, SubchannelId,
 };
+pub use custom::{CustomLbConfig, CustomLbPolicy, CustomPicker, CustomPolicyConfig, ReadyEndpoint};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

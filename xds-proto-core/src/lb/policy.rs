@@ -1,12 +1,15 @@
 //! What every endpoint policy shares: the context they act through (subchannel states as
 //! the cluster sees them, connection requests), the per-pick random stream, the
 //! endpoint description they are built from, and [`EndpointPolicy`], the dispatch over
-//! `pick_first`, `round_robin`, `ring_hash`, `least_request` and
-//! `weighted_round_robin`.
+//! `pick_first`, `round_robin`, `ring_hash`, `least_request`,
+//! `weighted_round_robin` and an embedder's custom policies (A52).
 
 use std::net::SocketAddr;
 
+use std::sync::Arc;
+
 use super::api::{ConnectivityState, SubchannelId};
+use super::custom::{Custom, CustomLbConfig};
 use super::least_request::LeastRequest;
 use super::outlier::OutlierDetector;
 use super::pick_first::PickFirst;
@@ -115,7 +118,7 @@ impl Picked {
 }
 
 /// Which endpoint policy, with its settings.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(super) enum PolicyKind {
     PickFirst {
         shuffle: bool,
@@ -130,6 +133,8 @@ pub(super) enum PolicyKind {
     },
     /// Its settings are the cluster's (its [`EndpointWeights`]).
     WeightedRoundRobin,
+    /// An embedder's policy (A52), with its validated config.
+    Custom(Arc<dyn CustomLbConfig>),
 }
 
 /// An endpoint policy over one set of endpoints (a locality, or a whole priority).
@@ -140,12 +145,14 @@ pub(super) enum EndpointPolicy {
     RingHash(RingHash),
     LeastRequest(LeastRequest),
     WeightedRoundRobin(WeightedRoundRobin),
+    Custom(Custom),
 }
 
 impl EndpointPolicy {
-    pub(super) fn new(ctx: &mut Ctx, kind: PolicyKind, endpoints: &[EndpointSpec]) -> Self {
+    pub(super) fn new(ctx: &mut Ctx, kind: &PolicyKind, endpoints: &[EndpointSpec]) -> Self {
         match kind {
             PolicyKind::PickFirst { shuffle } => {
+                let shuffle = *shuffle;
                 let mut addresses: Vec<SubchannelId> = endpoints
                     .iter()
                     .flat_map(|e| e.subchannels.iter().copied())
@@ -164,14 +171,17 @@ impl EndpointPolicy {
             } => EndpointPolicy::RingHash(RingHash::new(
                 ctx,
                 endpoints,
-                min_ring_size,
-                max_ring_size,
+                *min_ring_size,
+                *max_ring_size,
             )),
             PolicyKind::LeastRequest { choice_count } => {
-                EndpointPolicy::LeastRequest(LeastRequest::new(ctx, endpoints, choice_count))
+                EndpointPolicy::LeastRequest(LeastRequest::new(ctx, endpoints, *choice_count))
             }
             PolicyKind::WeightedRoundRobin => {
                 EndpointPolicy::WeightedRoundRobin(WeightedRoundRobin::new(ctx, endpoints))
+            }
+            PolicyKind::Custom(config) => {
+                EndpointPolicy::Custom(Custom::new(ctx, config, endpoints))
             }
         }
     }
@@ -191,6 +201,7 @@ impl EndpointPolicy {
             EndpointPolicy::RingHash(p) => p.state(),
             EndpointPolicy::LeastRequest(p) => p.state(),
             EndpointPolicy::WeightedRoundRobin(p) => p.state(),
+            EndpointPolicy::Custom(p) => p.state(),
         }
     }
 
@@ -205,6 +216,7 @@ impl EndpointPolicy {
             EndpointPolicy::RingHash(p) => p.on_state(ctx, id),
             EndpointPolicy::LeastRequest(p) => p.on_state(ctx, id),
             EndpointPolicy::WeightedRoundRobin(p) => p.on_state(ctx, id),
+            EndpointPolicy::Custom(p) => p.on_state(ctx, id),
         }
     }
 
@@ -223,6 +235,7 @@ impl EndpointPolicy {
             EndpointPolicy::RingHash(p) => p.pick(ctx, hash.unwrap_or_else(|| rng.next())),
             EndpointPolicy::LeastRequest(p) => p.pick(ctx.pool, rng),
             EndpointPolicy::WeightedRoundRobin(p) => p.pick(),
+            EndpointPolicy::Custom(p) => p.pick(rng),
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::resource::endpoint::{
 };
 
 mod bounds;
+mod custom;
 mod properties;
 mod simulation;
 mod wrr;

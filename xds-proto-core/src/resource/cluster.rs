@@ -24,6 +24,7 @@ use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::endpoint::v3 as endpoint_pb;
 use crate::pb::envoy::extensions::clusters::aggregate::v3 as aggregate_pb;
 use lb_policy::{parse_lb_policy_list, parse_legacy_lb_policy};
+pub use registry::{LbPolicyRegistry, RegisterError};
 
 /// Type name of the aggregate cluster config (gRFC A37).
 pub const AGGREGATE_CLUSTER_TYPE: &str = "envoy.extensions.clusters.aggregate.v3.ClusterConfig";
@@ -175,6 +176,8 @@ pub enum LbPolicy {
         /// Whether to shuffle the address list.
         shuffle_address_list: bool,
     },
+    /// A policy registered in the [`LbPolicyRegistry`] (A52), named by a `TypedStruct`.
+    Custom(crate::lb::CustomPolicyConfig),
 }
 
 /// `ClientSideWeightedRoundRobin` settings (A58), with defaults applied.
@@ -216,7 +219,17 @@ pub fn decode(bytes: &[u8]) -> Result<(String, ClusterResource), DecodeError> {
     decode_in(&DecodeContext::default(), bytes)
 }
 
-/// Decodes and validates one serialized `Cluster` for a client with this context.
+/// [`decode`] accepting in `load_balancing_policy` the policies of `registry` (the
+/// built-in ones and an embedder's custom ones, A52) rather than the built-in ones.
+pub fn decode_with_policies(
+    registry: &LbPolicyRegistry,
+    bytes: &[u8],
+) -> Result<(String, ClusterResource), DecodeError> {
+    decode_in(&DecodeContext::default().with_lb_policies(registry), bytes)
+}
+
+/// Decodes and validates one serialized `Cluster` for a client with this context (its
+/// bootstrap's certificate providers, its LB policy registry).
 pub fn decode_in(
     context: &DecodeContext<'_>,
     bytes: &[u8],
@@ -235,7 +248,7 @@ fn parse_cluster(
     let cluster_type = parse_cluster_type(name, &mut cluster)?;
     let lb_policy = match &cluster.load_balancing_policy {
         Some(policy) => {
-            parse_lb_policy_list(policy, 0).map_err(|e| e.at("load_balancing_policy"))?
+            parse_lb_policy_list(policy, 0, context.lb_policies()).map_err(|e| e.at("load_balancing_policy"))?
         }
         None => parse_legacy_lb_policy(&cluster)?,
     };
@@ -433,6 +446,7 @@ mod lb_policy;
 /// Decode-only views of the messages: only the fields the validation reads.
 pub(super) mod lite;
 mod outlier_detection;
+mod registry;
 
 #[cfg(test)]
 mod tests;

@@ -4,14 +4,26 @@
 //! their `DecodeContext`, gRPC-Go's from their `DecodeOptions`.
 
 use crate::bootstrap::Bootstrap;
+use crate::resource::cluster::LbPolicyRegistry;
 
 /// The context of one decode. The client decodes every response with its bootstrap;
 /// tools and tests that decode a resource on its own may pass
 /// [`DecodeContext::default`], which knows no bootstrap and so cannot check provider
 /// instance names (everything else is validated the same).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct DecodeContext<'a> {
     bootstrap: Option<&'a Bootstrap>,
+    /// The LB policies CDS accepts (A52); `None`: the built-in ones.
+    lb_policies: Option<&'a LbPolicyRegistry>,
+}
+
+impl std::fmt::Debug for DecodeContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecodeContext")
+            .field("bootstrap", &self.bootstrap.is_some())
+            .field("custom_lb_policies", &self.lb_policies.is_some())
+            .finish()
+    }
 }
 
 impl<'a> DecodeContext<'a> {
@@ -19,7 +31,22 @@ impl<'a> DecodeContext<'a> {
     pub fn new(bootstrap: &'a Bootstrap) -> DecodeContext<'a> {
         DecodeContext {
             bootstrap: Some(bootstrap),
+            lb_policies: None,
         }
+    }
+
+    /// This context, accepting in CDS `load_balancing_policy` the policies of
+    /// `registry` (the built-in ones and an embedder's own, A52).
+    pub fn with_lb_policies(self, registry: &'a LbPolicyRegistry) -> DecodeContext<'a> {
+        DecodeContext {
+            lb_policies: Some(registry),
+            ..self
+        }
+    }
+
+    /// The LB policies CDS accepts: the registry given, else the built-in one.
+    pub fn lb_policies(&self) -> &'a LbPolicyRegistry {
+        self.lb_policies.unwrap_or_else(|| LbPolicyRegistry::built_in())
     }
 
     /// The bootstrap, when decoding for a client.

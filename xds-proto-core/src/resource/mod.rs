@@ -22,8 +22,8 @@ pub use context::DecodeContext;
 
 pub use cluster::{ClusterResource, ClusterType};
 pub use cluster::{
-    FailurePercentageEjection, LbPolicy, OutlierDetection, SuccessRateEjection, UpstreamTls,
-    WeightedRoundRobinConfig,
+    FailurePercentageEjection, LbPolicy, LbPolicyRegistry, OutlierDetection, RegisterError,
+    SuccessRateEjection, UpstreamTls, WeightedRoundRobinConfig,
 };
 pub use endpoint::EndpointsResource;
 pub use endpoint::{DropOverload, Endpoint, HealthStatus, Locality, LocalityEndpoints, Priority};

@@ -105,10 +105,10 @@ fn the_ring_size_cap_is_brought_into_1_to_8m() {
 fn least_request_samples_at_most_ten_endpoints() {
     for (sent, used) in [(2, 2), (10, 10), (11, MAX_CHOICE_COUNT), (u32::MAX, 10)] {
         let layout = Layout::of(&LbPolicy::LeastRequest { choice_count: sent }, 4096);
-        assert_eq!(
-            layout.policy,
-            PolicyKind::LeastRequest { choice_count: used },
-            "choice_count {sent}"
+        assert!(
+            matches!(layout.policy, PolicyKind::LeastRequest { choice_count } if choice_count == used),
+            "choice_count {sent}: {:?}",
+            layout.policy
         );
     }
     let mut net = Net::new();

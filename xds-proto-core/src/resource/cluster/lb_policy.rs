@@ -1,8 +1,10 @@
 //! The cluster's load-balancing policy: the legacy `lb_policy` enum with its
-//! `lb_config`, or the `load_balancing_policy` list (gRFC A52), whose first supported
-//! entry wins: round robin, ring hash (A42), least request (A48), `wrr_locality` (which
-//! nests a list), client-side weighted round robin (A58) and pick first.
+//! `lb_config`, or the `load_balancing_policy` list (gRFC A52), whose first entry the
+//! [`LbPolicyRegistry`] supports wins. Here are the built-in converters it holds: round
+//! robin, ring hash (A42), least request (A48), `wrr_locality` (which nests a list),
+//! client-side weighted round robin (A58) and pick first.
 
+use super::registry::LbPolicyRegistry;
 use super::*;
 use crate::pb::envoy::config::cluster::v3 as cluster_pb;
 use crate::pb::envoy::extensions::load_balancing_policies as lb_pb;
@@ -112,11 +114,15 @@ fn least_request(
     Ok(LbPolicy::LeastRequest { choice_count })
 }
 
-/// Walks a `LoadBalancingPolicy` list and takes the first supported policy. Paths are
-/// relative to the `LoadBalancingPolicy`.
+/// How many unsupported type names the NACK of a list without a supported one lists.
+const LISTED_UNSUPPORTED: usize = 8;
+
+/// Walks a `LoadBalancingPolicy` list and takes the first policy `registry` supports.
+/// Paths are relative to the `LoadBalancingPolicy`.
 pub(super) fn parse_lb_policy_list(
     list: &cluster_pb::LoadBalancingPolicy,
     depth: usize,
+    registry: &LbPolicyRegistry,
 ) -> Result<LbPolicy, FieldError> {
     if depth >= MAX_LB_POLICY_DEPTH {
         return Err(FieldError::new(
@@ -138,40 +144,64 @@ pub(super) fn parse_lb_policy_list(
         .map_err(at)?;
         let config =
             typed_config(any).map_err(|e| at(e.at("typed_extension_config.typed_config")))?;
-        if config.typed_struct {
-            // Custom (TypedStruct) policies are not supported: try the next one.
+        let Some(parsed) = registry.convert(
+            config.type_name(),
+            config.typed_struct,
+            &config.value,
+            depth,
+        ) else {
             continue;
-        }
-        let value = &config.value[..];
-        let parsed = match config.type_name() {
-            ROUND_ROBIN_TYPE => Ok(LbPolicy::RoundRobin),
-            RING_HASH_TYPE => parse_ring_hash(value),
-            LEAST_REQUEST_TYPE => decode_message::<lb_pb::least_request::v3::LeastRequest>(
-                value,
-                "value",
-                "LeastRequest",
-            )
-            .and_then(|lr| least_request(lr.choice_count)),
-            WRR_LOCALITY_TYPE => parse_wrr_locality(value, depth),
-            CSWRR_TYPE => parse_cswrr(value),
-            PICK_FIRST_TYPE => {
-                decode_message::<lb_pb::pick_first::v3::PickFirst>(value, "value", "PickFirst").map(
-                    |pf| LbPolicy::PickFirst {
-                        shuffle_address_list: pf.shuffle_address_list,
-                    },
-                )
-            }
-            _ => continue,
         };
         return parsed.map_err(|e| at(e.at("typed_extension_config.typed_config")));
     }
-    Err(FieldError::new(
-        "",
-        "no supported load balancing policy found",
-    ))
+    Err(FieldError::new("", no_supported_policy(list)))
 }
 
-fn parse_ring_hash(value: &[u8]) -> Result<LbPolicy, FieldError> {
+/// The NACK of a list without a supported policy: the types it named (the first few).
+fn no_supported_policy(list: &cluster_pb::LoadBalancingPolicy) -> String {
+    let named: Vec<String> = list
+        .policies
+        .iter()
+        .take(LISTED_UNSUPPORTED)
+        .map(|p| {
+            let any = p
+                .typed_extension_config
+                .as_ref()
+                .and_then(|e| e.typed_config.as_ref());
+            match any.map(typed_config) {
+                Some(Ok(c)) if c.typed_struct => format!("TypedStruct {}", c.type_name()),
+                Some(Ok(c)) => c.type_name().to_owned(),
+                _ => "?".to_owned(),
+            }
+        })
+        .collect();
+    let more = list.policies.len().saturating_sub(LISTED_UNSUPPORTED);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "no supported load balancing policy found among [{}]{more} (a custom policy \
+         must be registered under the TypedStruct's type name)",
+        named.join(", ")
+    )
+}
+
+pub(super) fn parse_least_request(value: &[u8]) -> Result<LbPolicy, FieldError> {
+    let lr: lb_pb::least_request::v3::LeastRequest =
+        decode_message(value, "value", "LeastRequest")?;
+    least_request(lr.choice_count)
+}
+
+pub(super) fn parse_pick_first(value: &[u8]) -> Result<LbPolicy, FieldError> {
+    let pf: lb_pb::pick_first::v3::PickFirst = decode_message(value, "value", "PickFirst")?;
+    Ok(LbPolicy::PickFirst {
+        shuffle_address_list: pf.shuffle_address_list,
+    })
+}
+
+pub(super) fn parse_ring_hash(value: &[u8]) -> Result<LbPolicy, FieldError> {
     use lb_pb::ring_hash::v3::{RingHash, ring_hash::HashFunction};
     let rh: RingHash = decode_message(value, "value", "RingHash")?;
     if rh.hash_function != HashFunction::DefaultHash as i32
@@ -185,18 +215,22 @@ fn parse_ring_hash(value: &[u8]) -> Result<LbPolicy, FieldError> {
     ring_hash_sizes(rh.minimum_ring_size, rh.maximum_ring_size).map_err(|e| e.at("value"))
 }
 
-fn parse_wrr_locality(value: &[u8], depth: usize) -> Result<LbPolicy, FieldError> {
+pub(super) fn parse_wrr_locality(
+    value: &[u8],
+    depth: usize,
+    registry: &LbPolicyRegistry,
+) -> Result<LbPolicy, FieldError> {
     let wrr: lb_pb::wrr_locality::v3::WrrLocality = decode_message(value, "value", "WrrLocality")?;
     let child = required(
         wrr.endpoint_picking_policy.as_ref(),
         "value.endpoint_picking_policy",
     )?;
-    let child = parse_lb_policy_list(child, depth + 1)
+    let child = parse_lb_policy_list(child, depth + 1, registry)
         .map_err(|e| e.at("value.endpoint_picking_policy"))?;
     Ok(LbPolicy::WrrLocality(Box::new(child)))
 }
 
-fn parse_cswrr(value: &[u8]) -> Result<LbPolicy, FieldError> {
+pub(super) fn parse_cswrr(value: &[u8]) -> Result<LbPolicy, FieldError> {
     let c: lb_pb::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin =
         decode_message(value, "value", "ClientSideWeightedRoundRobin")?;
     let defaults = WeightedRoundRobinConfig::default();
