@@ -147,7 +147,10 @@ impl Run {
         }
         let now = self.d.h.now;
         if !metrics.is_empty() {
-            assert!(call.wants_load_report(), "LRS adds up the report's named metrics");
+            assert!(
+                call.wants_load_report(),
+                "LRS adds up the report's named metrics"
+            );
         }
         let report = OrcaLoadReport {
             named_metrics: metrics.iter().map(|(n, v)| (n.to_string(), *v)).collect(),

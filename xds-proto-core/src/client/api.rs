@@ -15,6 +15,7 @@ use crate::backoff::BackoffConfig;
 use crate::bootstrap::{Bootstrap, ServerConfig};
 use crate::names;
 use crate::pb::envoy::service::load_stats::v3::LoadStatsRequest;
+use crate::resource::cluster::LbPolicyRegistry;
 use crate::resource::{ResourceValue, XdsResourceType};
 use crate::time::Instant;
 
@@ -323,6 +324,9 @@ pub struct XdsClientConfig {
     /// The shortest load reporting interval taken from an LRS server (gRPC's 1 s by
     /// default); a shorter `load_reporting_interval` is taken as this.
     pub min_load_reporting_interval: Duration,
+    /// The LB policies CDS `load_balancing_policy` may name (A52): the built-in ones,
+    /// and an embedder's own registered with [`LbPolicyRegistry::register`].
+    pub lb_policies: Arc<LbPolicyRegistry>,
 }
 
 impl XdsClientConfig {
@@ -337,6 +341,7 @@ impl XdsClientConfig {
             user_agent_name: "xds-proto".to_string(),
             user_agent_version: env!("CARGO_PKG_VERSION").to_string(),
             min_load_reporting_interval: crate::lrs::DEFAULT_MIN_LOAD_REPORTING_INTERVAL,
+            lb_policies: Arc::new(LbPolicyRegistry::built_in().clone()),
         }
     }
 }

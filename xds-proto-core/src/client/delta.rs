@@ -224,7 +224,8 @@ impl XdsClient {
         let ty = self.types[cx.t];
         let count = resources.len() as u64;
         let mut decoded = Decoded::default();
-        let context = resource::DecodeContext::new(&self.config.bootstrap);
+        let context = resource::DecodeContext::new(&self.config.bootstrap)
+            .with_lb_policies(&self.config.lb_policies);
         let table = &mut self.resources[cx.t];
         for (i, r) in resources.into_iter().enumerate() {
             let version: Arc<str> = Arc::from(r.version.as_str());

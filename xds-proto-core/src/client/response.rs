@@ -241,7 +241,8 @@ impl XdsClient {
             .iter()
             .map(|a| a.type_url == cx.type_url.as_bytes())
             .collect();
-        let context = resource::DecodeContext::new(&self.config.bootstrap);
+        let context = resource::DecodeContext::new(&self.config.bootstrap)
+            .with_lb_policies(&self.config.lb_policies);
         let table = &mut self.resources[cx.t];
         for (i, any) in resources.into_iter().enumerate() {
             // SotW resends: the same bytes at the same position as in the last response

@@ -58,8 +58,8 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::DetHashMap;
 use crate::client::{Code, Status, XdsError};
 use crate::dependency::{ClusterConfig, ClusterResolution, XdsConfig};
-use crate::resource::cluster::MAX_RING_SIZE;
 use crate::orca::OrcaLoadReport;
+use crate::resource::cluster::MAX_RING_SIZE;
 use crate::time::Instant;
 use aggregate::AggregateCluster;
 use cluster::{LeafCluster, Source};
@@ -400,9 +400,11 @@ impl LoadBalancer {
         outcome: CallOutcome,
         report: Option<&OrcaLoadReport>,
     ) {
-        let named_metrics = report
-            .into_iter()
-            .flat_map(|r| r.named_metrics.iter().map(|(name, value)| (name.as_str(), *value)));
+        let named_metrics = report.into_iter().flat_map(|r| {
+            r.named_metrics
+                .iter()
+                .map(|(name, value)| (name.as_str(), *value))
+        });
         (self.load).call_finished(call.load, outcome == CallOutcome::Success, named_metrics);
         self.pool.call_finished(call.subchannel);
         if let Some(Some(leaf)) = self.leaves.get_mut(call.cluster as usize)

@@ -247,9 +247,8 @@ fn parse_cluster(
 ) -> Result<ClusterResource, FieldError> {
     let cluster_type = parse_cluster_type(name, &mut cluster)?;
     let lb_policy = match &cluster.load_balancing_policy {
-        Some(policy) => {
-            parse_lb_policy_list(policy, 0, context.lb_policies()).map_err(|e| e.at("load_balancing_policy"))?
-        }
+        Some(policy) => parse_lb_policy_list(policy, 0, context.lb_policies())
+            .map_err(|e| e.at("load_balancing_policy"))?,
         None => parse_legacy_lb_policy(&cluster)?,
     };
     let lrs_server = match &cluster.lrs_server {

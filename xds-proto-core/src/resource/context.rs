@@ -46,7 +46,8 @@ impl<'a> DecodeContext<'a> {
 
     /// The LB policies CDS accepts: the registry given, else the built-in one.
     pub fn lb_policies(&self) -> &'a LbPolicyRegistry {
-        self.lb_policies.unwrap_or_else(|| LbPolicyRegistry::built_in())
+        self.lb_policies
+            .unwrap_or_else(|| LbPolicyRegistry::built_in())
     }
 
     /// The bootstrap, when decoding for a client.

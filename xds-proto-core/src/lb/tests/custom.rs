@@ -355,3 +355,63 @@ fn a_custom_policys_picks_are_the_load_balancers() {
         assert_eq!(seen, BTreeMap::from([(addr(want), 10)]), "index {index}");
     }
 }
+
+/// The client decodes CDS with its config's registry (`XdsClientConfig::lb_policies`,
+/// through the decode context): with the embedder's policy registered, a cluster naming
+/// it is ACKed and its watcher gets the custom policy; a client with the built-in
+/// registry NACKs the same response.
+#[test]
+fn the_client_validates_cds_with_its_registry() {
+    use crate::bootstrap::Bootstrap;
+    use crate::client::{Action, Event, XdsClient, XdsClientConfig};
+    use crate::pb::envoy::service::discovery::v3::DiscoveryResponse;
+    use crate::resource::{Cds, XdsResourceType};
+
+    let run = |registry: Option<LbPolicyRegistry>| {
+        let bootstrap = Bootstrap::from_json_str(
+            r#"{"xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
+                "node": {"id": "n"}}"#,
+        )
+        .unwrap();
+        let mut config = XdsClientConfig::new(bootstrap);
+        if let Some(registry) = registry {
+            config.lb_policies = Arc::new(registry);
+        }
+        let mut client = XdsClient::new(config, 1);
+        client.watch::<Cds>("c").unwrap();
+        let stream = match client.poll_action() {
+            Some(Action::StartStream { stream, .. }) => stream,
+            other => panic!("{other:?}"),
+        };
+        while client.poll_action().is_some() {}
+        let now = Instant::from_secs(1);
+        client.handle_event(now, Event::StreamStarted { stream });
+        let response = DiscoveryResponse {
+            version_info: "v1".into(),
+            type_url: Cds::TYPE_URL.into(),
+            nonce: "n1".into(),
+            resources: vec![pbuf::Any {
+                type_url: Cds::TYPE_URL.into(),
+                value: cluster_bytes(vec![typed_struct(PINNED, Some(index_config(1.0)))]).into(),
+            }],
+            ..Default::default()
+        };
+        let bytes = response.encode_to_vec().into();
+        client.handle_event(now, Event::ResponseReceived { stream, bytes });
+        let mut told = None;
+        while let Some(action) = client.poll_action() {
+            if let Action::Notify(n) = action {
+                told = n.event.changed::<Cds>();
+            }
+        }
+        told.expect("the watcher is told")
+    };
+    let (registry, _) = registry_with_pinned();
+    let cluster = run(Some(registry)).expect("ACKed with the registry");
+    assert_eq!(type_name_of(&cluster.lb_policy), Some(PINNED));
+    let error = run(None).expect_err("NACKed without it");
+    assert!(
+        error.to_string().contains(PINNED),
+        "the NACK names the unsupported policy: {error}"
+    );
+}
