@@ -166,7 +166,7 @@ impl Arbitrary for GenBootstrap {
             })
             .collect();
         let certificate_providers = (0..u8::arbitrary(g) % 3)
-            .map(|_| (String::arbitrary(g), certificate_provider(g)))
+            .map(|_| (String::arbitrary(g).into(), certificate_provider(g)))
             .collect();
         GenBootstrap(Bootstrap {
             xds_servers: servers(g, 1),

@@ -48,7 +48,7 @@ fn a_cluster_naming_a_bootstrap_instance_is_acked_and_one_naming_another_is_nack
     let n = h.expect_notify();
     assert_eq!(n.watcher, good);
     let tls = value_of(&n).get::<Cds>().unwrap().tls.clone().expect("TLS");
-    assert!(matches!(tls.roots, RootCertificates::Provider(p) if p.instance_name == "mesh"));
+    assert!(matches!(tls.roots, RootCertificates::Provider(p) if &*p.instance_name == "mesh"));
     let n = h.expect_notify();
     assert_eq!(n.watcher, bad);
     let e = changed_error(&n);

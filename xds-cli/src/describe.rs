@@ -305,7 +305,7 @@ fn downstream_tls_summary(tls: &DownstreamTls) -> String {
 }
 
 fn instance_json(p: &CertificateProviderInstance) -> Value {
-    json!({"instance_name": p.instance_name, "certificate_name": p.certificate_name})
+    json!({"instance_name": &*p.instance_name, "certificate_name": p.certificate_name})
 }
 
 pub(crate) fn upstream_tls_json(tls: &UpstreamTls) -> Value {
@@ -485,7 +485,7 @@ mod tests {
     fn provider(name: &str) -> CertificateProviderInstance {
         CertificateProviderInstance {
             instance_name: name.into(),
-            certificate_name: String::new(),
+            certificate_name: "".into(),
         }
     }
 
@@ -500,7 +500,8 @@ mod tests {
             match_subject_alt_names: vec![StringMatcher::Exact {
                 value: "spiffe://td/server".into(),
                 ignore_case: false,
-            }],
+            }]
+            .into(),
             sni: Some("server.example".into()),
             auto_host_sni: false,
             auto_sni_san_validation: true,

@@ -422,7 +422,7 @@ fn tls_bootstrap() -> xds_proto_core::Bootstrap {
 fn instance(name: &str) -> CertificateProviderInstance {
     CertificateProviderInstance {
         instance_name: name.into(),
-        certificate_name: String::new(),
+        certificate_name: "".into(),
     }
 }
 

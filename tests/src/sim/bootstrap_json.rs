@@ -86,7 +86,7 @@ pub fn to_json(b: &Bootstrap) -> String {
     let providers: Map<String, Value> = b
         .certificate_providers
         .iter()
-        .map(|(name, p)| (name.clone(), p.to_json()))
+        .map(|(name, p)| (name.to_string(), p.to_json()))
         .collect();
     let mut root = Map::new();
     root.insert(

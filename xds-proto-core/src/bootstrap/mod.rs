@@ -17,6 +17,7 @@
 //! provider instances (A29).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -75,8 +76,10 @@ pub struct Bootstrap {
     pub client_default_listener_resource_name_template: String,
     /// The listener name template for xDS-enabled servers, if configured.
     pub server_listener_resource_name_template: Option<String>,
-    /// Certificate provider plugin instances, by instance name.
-    pub certificate_providers: BTreeMap<String, CertificateProviderConfig>,
+    /// Certificate provider plugin instances, by instance name. The names are shared:
+    /// every security config decoded with this bootstrap holds its instance name as a
+    /// clone of the key here, not as a copy.
+    pub certificate_providers: BTreeMap<Arc<str>, CertificateProviderConfig>,
 }
 
 /// One xDS management server.
@@ -351,7 +354,8 @@ fn parse_bootstrap(value: &Value) -> Result<Bootstrap, BootstrapError> {
     if let Some(obj) = opt_object(root, "", "certificate_providers")? {
         for (name, v) in obj {
             let path = keyed("certificate_providers", name);
-            certificate_providers.insert(name.clone(), parse_certificate_provider(v, &path)?);
+            certificate_providers
+                .insert(name.as_str().into(), parse_certificate_provider(v, &path)?);
         }
     }
 

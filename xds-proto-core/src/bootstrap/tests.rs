@@ -183,14 +183,14 @@ fn full_bootstrap_parses_every_field() {
         ),
         certificate_providers: BTreeMap::from([
             (
-                "bare".to_owned(),
+                "bare".into(),
                 CertificateProviderConfig::Other {
                     plugin_name: "meshca".into(),
                     config: Map::new(),
                 },
             ),
             (
-                "default".to_owned(),
+                "default".into(),
                 CertificateProviderConfig::FileWatcher(FileWatcherConfig {
                     certificate_file: Some("/c.pem".into()),
                     private_key_file: Some("/k.pem".into()),

@@ -3,6 +3,8 @@
 //! cluster or a server listener must name (A29); C-core's decoders take the same from
 //! their `DecodeContext`, gRPC-Go's from their `DecodeOptions`.
 
+use std::sync::Arc;
+
 use crate::bootstrap::Bootstrap;
 use crate::resource::cluster::LbPolicyRegistry;
 
@@ -57,19 +59,24 @@ impl<'a> DecodeContext<'a> {
 
     /// Checks a certificate provider instance name from a resource: it must be
     /// non-empty and, when the bootstrap is known, one of its `certificate_providers`.
+    /// Returns the name to keep: the bootstrap's own key, shared, so that a config
+    /// decoded for a client allocates nothing for it (a copy only without a bootstrap).
     ///
     /// # Errors
     /// Why the name is refused, for a NACK.
-    pub(crate) fn check_certificate_provider(&self, instance_name: &str) -> Result<(), String> {
+    pub(crate) fn certificate_provider(&self, instance_name: &str) -> Result<Arc<str>, String> {
         if instance_name.is_empty() {
             return Err("must be non-empty".into());
         }
-        match self.bootstrap {
-            Some(b) if !b.certificate_providers.contains_key(instance_name) => Err(format!(
+        let Some(bootstrap) = self.bootstrap else {
+            return Ok(instance_name.into());
+        };
+        match bootstrap.certificate_providers.get_key_value(instance_name) {
+            Some((name, _)) => Ok(Arc::clone(name)),
+            None => Err(format!(
                 "unrecognized certificate provider instance name {instance_name:?} (the \
                  bootstrap's certificate_providers has no such instance)"
             )),
-            _ => Ok(()),
         }
     }
 }

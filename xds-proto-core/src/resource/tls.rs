@@ -64,7 +64,7 @@ pub(super) fn parse_upstream(
     bytes: &[u8],
 ) -> Result<UpstreamTls, FieldError> {
     let tls: lite::UpstreamTlsContext = decode_message(bytes, "", "UpstreamTlsContext")?;
-    let Some(common) = &tls.common_tls_context else {
+    let Some(common) = tls.common_tls_context else {
         return Err(FieldError::missing("common_tls_context"));
     };
     let common = parse_common(context, common).map_err(|e| e.at("common_tls_context"))?;
@@ -82,7 +82,7 @@ pub(super) fn parse_upstream(
         identity: common.identity,
         roots,
         match_subject_alt_names: validation.match_subject_alt_names,
-        sni: (!tls.sni.is_empty()).then_some(tls.sni),
+        sni: (!tls.sni.is_empty()).then(|| tls.sni.into_boxed_str()),
         auto_host_sni: tls.auto_host_sni,
         auto_sni_san_validation: tls.auto_sni_san_validation,
     })
@@ -107,7 +107,7 @@ pub(super) fn parse_downstream(
     bytes: &[u8],
 ) -> Result<DownstreamTls, FieldError> {
     let tls: lite::DownstreamTlsContext = decode_message(bytes, "", "DownstreamTlsContext")?;
-    let common = match &tls.common_tls_context {
+    let common = match tls.common_tls_context {
         Some(common) => parse_common(context, common).map_err(|e| e.at("common_tls_context"))?,
         None => CommonTls {
             identity: None,
@@ -171,7 +171,7 @@ struct CommonTls {
 struct ValidationContext {
     path: &'static str,
     roots: Option<RootCertificates>,
-    match_subject_alt_names: Vec<StringMatcher>,
+    match_subject_alt_names: Box<[StringMatcher]>,
 }
 
 impl ValidationContext {
@@ -179,7 +179,7 @@ impl ValidationContext {
         ValidationContext {
             path,
             roots: None,
-            match_subject_alt_names: Vec::new(),
+            match_subject_alt_names: Box::default(),
         }
     }
 
@@ -208,7 +208,7 @@ impl ValidationContext {
 /// A `CommonTlsContext` (paths relative to it).
 fn parse_common(
     context: &DecodeContext<'_>,
-    common: &lite::CommonTlsContext,
+    mut common: lite::CommonTlsContext,
 ) -> Result<CommonTls, FieldError> {
     if common.tls_params.is_some() {
         return Err(FieldError::new("tls_params", UNSUPPORTED));
@@ -216,8 +216,8 @@ fn parse_common(
     if common.custom_handshaker.is_some() {
         return Err(FieldError::new("custom_handshaker", UNSUPPORTED));
     }
-    let identity = parse_identity(context, common)?;
-    let validation = match &common.validation_context_type {
+    let identity = parse_identity(context, &mut common)?;
+    let validation = match common.validation_context_type {
         None => None,
         Some(ValidationContextType::ValidationContext(vc)) => Some(
             parse_validation_context(context, vc, "validation_context")
@@ -258,11 +258,11 @@ fn parse_common(
 /// either are NACKed.
 fn parse_identity(
     context: &DecodeContext<'_>,
-    common: &lite::CommonTlsContext,
+    common: &mut lite::CommonTlsContext,
 ) -> Result<Option<CertificateProviderInstance>, FieldError> {
     let (field, instance) = match (
-        &common.tls_certificate_provider_instance,
-        &common.tls_certificate_certificate_provider_instance,
+        common.tls_certificate_provider_instance.take(),
+        common.tls_certificate_certificate_provider_instance.take(),
     ) {
         (Some(p), _) => ("tls_certificate_provider_instance", p),
         (None, Some(p)) => ("tls_certificate_certificate_provider_instance", p),
@@ -290,15 +290,15 @@ fn parse_identity(
 /// C-core does; Istio's proxyless clusters send the roots there).
 fn parse_combined(
     context: &DecodeContext<'_>,
-    combined: &lite::CombinedCertificateValidationContext,
+    combined: lite::CombinedCertificateValidationContext,
 ) -> Result<ValidationContext, FieldError> {
     let path = "combined_validation_context.default_validation_context";
-    let mut vc = match &combined.default_validation_context {
+    let mut vc = match combined.default_validation_context {
         Some(d) => parse_validation_context(context, d, path).map_err(|e| e.at(path))?,
         None => ValidationContext::empty("combined_validation_context"),
     };
     if !matches!(vc.roots, Some(RootCertificates::Provider(_)))
-        && let Some(legacy) = &combined.validation_context_certificate_provider_instance
+        && let Some(legacy) = combined.validation_context_certificate_provider_instance
     {
         let field = "combined_validation_context.validation_context_certificate_provider_instance";
         vc.roots = Some(RootCertificates::Provider(
@@ -312,7 +312,7 @@ fn parse_combined(
 /// the `CommonTlsContext`.
 fn parse_validation_context(
     context: &DecodeContext<'_>,
-    vc: &lite::CertificateValidationContext,
+    vc: lite::CertificateValidationContext,
     path: &'static str,
 ) -> Result<ValidationContext, FieldError> {
     if !vc.verify_certificate_spki.is_empty() {
@@ -352,8 +352,8 @@ fn parse_validation_context(
         .iter()
         .enumerate()
         .map(|(i, m)| parse_string_matcher(m).map_err(|e| e.at_index("match_subject_alt_names", i)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let roots = match (&vc.ca_certificate_provider_instance, &vc.system_root_certs) {
+        .collect::<Result<Box<[_]>, _>>()?;
+    let roots = match (vc.ca_certificate_provider_instance, vc.system_root_certs) {
         (Some(p), _) => Some(RootCertificates::Provider(
             provider_instance(context, p).map_err(|e| e.at("ca_certificate_provider_instance"))?,
         )),
@@ -370,14 +370,14 @@ fn parse_validation_context(
 /// A provider instance whose name the context accepts (paths relative to it).
 fn provider_instance(
     context: &DecodeContext<'_>,
-    p: &lite::CertificateProviderPluginInstance,
+    p: lite::CertificateProviderPluginInstance,
 ) -> Result<CertificateProviderInstance, FieldError> {
-    context
-        .check_certificate_provider(&p.instance_name)
+    let instance_name = context
+        .certificate_provider(&p.instance_name)
         .map_err(|reason| FieldError::new("instance_name", reason))?;
     Ok(CertificateProviderInstance {
-        instance_name: p.instance_name.clone(),
-        certificate_name: p.certificate_name.clone(),
+        instance_name,
+        certificate_name: p.certificate_name.into_boxed_str(),
     })
 }
 

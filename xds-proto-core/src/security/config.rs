@@ -5,6 +5,8 @@
 //! peer, which SNI to send (A101). The decoders in `resource/tls.rs` build them; the
 //! methods here are the decisions an adapter's TLS handshake makes with them.
 
+use std::sync::Arc;
+
 use crate::resource::route::StringMatcher;
 
 use super::san::{SanMismatch, SubjectAltName, describe_matchers, sans_match};
@@ -18,10 +20,12 @@ pub const MAX_SNI_LEN: usize = 255;
 /// `certificate_providers`; `file_watcher` ignores the certificate name (A29).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CertificateProviderInstance {
-    /// `instance_name`, never empty.
-    pub instance_name: String,
-    /// `certificate_name` (may be empty).
-    pub certificate_name: String,
+    /// `instance_name`, never empty. Decoded for a client, it is the bootstrap's own key
+    /// (shared by every config that names the instance, not a copy per cluster).
+    pub instance_name: Arc<str>,
+    /// `certificate_name` (may be empty). Boxed, as every string kept per cluster here:
+    /// the configs are immutable, and a cached cluster's size counts (BENCHMARKS.md).
+    pub certificate_name: Box<str>,
 }
 
 /// Where a client takes the roots that verify the server's certificate from. The two
@@ -46,9 +50,9 @@ pub struct UpstreamTls {
     pub roots: RootCertificates,
     /// `match_subject_alt_names` of the validation context, in order; empty means any
     /// SAN is accepted (once the chain verifies).
-    pub match_subject_alt_names: Vec<StringMatcher>,
+    pub match_subject_alt_names: Box<[StringMatcher]>,
     /// `sni`, when non-empty (at most [`MAX_SNI_LEN`] bytes).
-    pub sni: Option<String>,
+    pub sni: Option<Box<str>>,
     /// `auto_host_sni` (A101): send the endpoint's hostname as SNI when it has one.
     pub auto_host_sni: bool,
     /// `auto_sni_san_validation` (A101): check the server's DNS SANs against the SNI
@@ -81,7 +85,7 @@ impl UpstreamTls {
         {
             return Some(host.to_owned());
         }
-        self.sni.clone()
+        self.sni.as_deref().map(str::to_owned)
     }
 
     /// A29's server authorization, with A101's SNI rule: when `auto_sni_san_validation`

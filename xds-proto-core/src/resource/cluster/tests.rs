@@ -117,12 +117,12 @@ fn minimal_tls_decoded(sni: &str) -> UpstreamTls {
         identity: None,
         roots: crate::security::RootCertificates::Provider(
             crate::security::CertificateProviderInstance {
-                instance_name: "roots".to_owned(),
-                certificate_name: String::new(),
+                instance_name: "roots".into(),
+                certificate_name: "".into(),
             },
         ),
-        match_subject_alt_names: Vec::new(),
-        sni: (!sni.is_empty()).then(|| sni.to_owned()),
+        match_subject_alt_names: Box::default(),
+        sni: (!sni.is_empty()).then(|| sni.into()),
         auto_host_sni: false,
         auto_sni_san_validation: false,
     }

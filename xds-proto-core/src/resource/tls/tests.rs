@@ -54,8 +54,8 @@ fn legacy(instance: &str, certificate: &str) -> LegacyInstance {
 
 fn instance(name: &str, certificate: &str) -> CertificateProviderInstance {
     CertificateProviderInstance {
-        instance_name: name.to_owned(),
-        certificate_name: certificate.to_owned(),
+        instance_name: name.into(),
+        certificate_name: certificate.into(),
     }
 }
 
@@ -156,6 +156,37 @@ fn exact(value: &str) -> matcher_pb::StringMatcher {
 }
 
 // ----- CDS: what is kept ---------------------------------------------------
+
+#[test]
+fn a_client_s_configs_share_the_bootstrap_s_instance_names() {
+    use std::sync::Arc;
+    let b = bootstrap();
+    let key = |name: &str| b.certificate_providers.get_key_value(name).unwrap().0;
+    let tls = upstream(common(direct(ca_context())));
+    let decoded = |context: &DecodeContext<'_>| {
+        decode_cds_in(context, &tls_cluster(&tls))
+            .unwrap()
+            .tls
+            .unwrap()
+    };
+    let [first, second] = [(); 2].map(|()| decoded(&DecodeContext::new(&b)));
+    for out in [&first, &second] {
+        let identity = &out.identity.as_ref().unwrap().instance_name;
+        assert!(
+            Arc::ptr_eq(identity, key("identity")),
+            "not the bootstrap's name"
+        );
+        let RootCertificates::Provider(roots) = &out.roots else {
+            panic!("provider roots expected")
+        };
+        assert!(Arc::ptr_eq(&roots.instance_name, key("roots")));
+    }
+    // Without a bootstrap the name is a copy, of the same text.
+    let alone = decoded(&DecodeContext::default());
+    let identity = &alone.identity.as_ref().unwrap().instance_name;
+    assert!(!Arc::ptr_eq(identity, key("identity")));
+    assert_eq!(alone, first);
+}
 
 #[test]
 fn an_upstream_context_keeps_identity_roots_matchers_and_sni() {
@@ -637,7 +668,10 @@ fn sni_is_at_most_255_bytes() {
         ..upstream(common(direct(ca_context())))
     };
     let max = "a".repeat(255);
-    assert_eq!(cds(&with_sni(max.clone())).unwrap().unwrap().sni, Some(max));
+    assert_eq!(
+        cds(&with_sni(max.clone())).unwrap().unwrap().sni,
+        Some(max.into())
+    );
     assert_eq!(
         cds_err(&with_sni("a".repeat(256))),
         "sni: must be at most 255 bytes, got 256"
@@ -978,8 +1012,8 @@ fn string_matchers_keep_their_types() {
     };
     let out = cds(&upstream(common(direct(vc)))).unwrap().unwrap();
     assert_eq!(
-        out.match_subject_alt_names,
-        vec![StringMatcher::Exact {
+        *out.match_subject_alt_names,
+        [StringMatcher::Exact {
             value: "x".into(),
             ignore_case: false
         }]

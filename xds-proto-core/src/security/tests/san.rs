@@ -218,9 +218,9 @@ fn upstream_tls(matchers: Vec<StringMatcher>) -> UpstreamTls {
         identity: None,
         roots: RootCertificates::Provider(CertificateProviderInstance {
             instance_name: "roots".into(),
-            certificate_name: String::new(),
+            certificate_name: "".into(),
         }),
-        match_subject_alt_names: matchers,
+        match_subject_alt_names: matchers.into(),
         sni: None,
         auto_host_sni: false,
         auto_sni_san_validation: false,
