@@ -159,14 +159,14 @@
 //! | gRFC | | status | where, and what is missing |
 //! |---|---|---|---|
 //! | A27 | xDS client: bootstrap, LDS/RDS/CDS/EDS, priorities, weighted localities | implemented | [`bootstrap`], [`resource`], [`client`], [`lb`] |
-//! | A27 | load reports (LRS) | not yet | `lrs_server` is read ([`resource::cluster::ClusterResource`]); no reports are sent |
+//! | A27 | load reports (LRS) | implemented | [`lrs`]: per cluster and locality, drops by category, A57 backoff; the adapters run the stream on the ADS connection; A85's `lrs_report_endpoint_metrics` not yet |
 //! | A28 | routing: path and header matchers, weighted clusters, runtime fractions | implemented | [`selector`] |
-//! | A29 | TLS security: `UpstreamTlsContext`, certificate providers | not yet | |
+//! | A29 | TLS security: `UpstreamTlsContext`, certificate providers | implemented in the core | [`security`], [`resource::DecodeContext`]: validation, `file_watcher`, the SAN check; the adapters' handshakes: see `docs/ARCHITECTURE.md` |
 //! | A30 | xDS v3 | implemented | v3 only |
 //! | A31 | timeouts, the config selector, cluster lifetime | implemented | [`selector`] |
 //! | A32 | circuit breaking | implemented | [`lb`] (`max_requests`) |
 //! | A33 | fault injection | not yet | |
-//! | A36 | xDS-enabled servers | not yet | a server Listener is decoded, without its filter chains |
+//! | A36 | xDS-enabled servers | not yet | a server Listener is decoded with its filter chains and their TLS (A29); no server runs it |
 //! | A37, A75 | aggregate and LOGICAL_DNS clusters | implemented | [`dependency`], [`lb`] |
 //! | A39 | HTTP filters | not yet | filter chains are validated (router last) and per-route overrides kept; only the router runs |
 //! | A40 | CSDS | implemented | [`pool`], [`XdsClient::csds_configs_at`] |
@@ -177,16 +177,16 @@
 //! | A47 | federation: `xdstp://` names, authorities | implemented | [`names`], [`bootstrap`] |
 //! | A48 | `least_request` | implemented | [`lb`] |
 //! | A50 | outlier detection | implemented | [`lb`] |
-//! | A51 | ORCA backend metrics | not yet | |
-//! | A52 | custom LB policies | not yet | the `load_balancing_policy` list is read: its first built-in policy is used |
+//! | A51 | ORCA backend metrics | implemented | [`orca`] decodes reports bounded; the adapters read the per-call trailer, run out-of-band streams and give servers the recorders |
+//! | A52 | custom LB policies | implemented | [`resource::cluster::LbPolicyRegistry`], `XdsClientConfig::lb_policies`; the built-in policies go through it |
 //! | A53 | `ignore_resource_deletion` | accepted, not acted on | superseded by A88: deletions never drop a cached value unless `fail_on_data_errors` |
 //! | A55, A60 | stateful session affinity | not yet | |
 //! | A56 | the priority policy | implemented | [`lb`] |
 //! | A57 | failure modes: backoff, does-not-exist timer | implemented | [`client`] |
-//! | A58 | weighted round robin | not yet | a WRR config is accepted and picks as round robin (no ORCA weights) |
+//! | A58 | weighted round robin | implemented | [`lb`]: weights from ORCA reports, blackout, expiration; A100's slow start not yet |
 //! | A61, A62 | dual-stack endpoints, `pick_first` | implemented | [`lb`] |
 //! | A63 | string matchers in header matchers | implemented | [`selector`] |
-//! | A64 | LRS custom metrics | not yet | |
+//! | A64 | LRS custom metrics | implemented | [`lrs`]: the per-call ORCA report's `named_metrics` per locality |
 //! | A65 | mTLS credentials in the bootstrap | implemented | [`bootstrap`]; the adapters connect with them |
 //! | A71 | fallback | implemented | [`client`], [`pool`] |
 //! | A74 | the dependency manager | implemented | [`dependency`] |
