@@ -49,6 +49,9 @@ pub enum Error {
     NoRuntime(String),
     /// The client has shut down.
     Shutdown,
+    /// xDS credentials could not be set up (a certificate provider plugin the adapter
+    /// cannot build, naming the bootstrap field).
+    Credentials(String),
 }
 
 impl fmt::Display for Error {
@@ -60,6 +63,7 @@ impl fmt::Display for Error {
             Error::DuplicateType(e) => e.fmt(f),
             Error::NoRuntime(why) => write!(f, "no runtime: {why}"),
             Error::Shutdown => f.write_str("the xDS client has shut down"),
+            Error::Credentials(why) => write!(f, "xDS credentials: {why}"),
         }
     }
 }
@@ -71,7 +75,7 @@ impl std::error::Error for Error {
             Error::Watch(e) => Some(e),
             Error::Target { error, .. } => Some(error),
             Error::DuplicateType(e) => Some(e),
-            Error::NoRuntime(_) | Error::Shutdown => None,
+            Error::NoRuntime(_) | Error::Shutdown | Error::Credentials(_) => None,
         }
     }
 }

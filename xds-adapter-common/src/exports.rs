@@ -10,6 +10,7 @@ pub use crate::orca::{
     CallMetricRecorder, DEFAULT_MIN_REPORT_INTERVAL, OrcaBody, OrcaLayer, OrcaMiddleware,
     ServerMetricRecorder,
 };
+pub use crate::security::{CertificateProviders, FallbackCredentials, XdsServerCredentials};
 pub use crate::{
     CHANNEL_EVENT_BUFFER, ChannelEvent, ChannelEventStream, ConfigResult, ConfigStream,
     ConfigUpdate, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,

@@ -74,6 +74,7 @@ pub mod metrics;
 pub mod orca;
 mod pool;
 pub mod runtime;
+pub mod security;
 mod stream_tasks;
 mod tls;
 pub mod transport;
@@ -88,6 +89,7 @@ pub use events::{ChannelEvent, DeltaSent};
 pub use io::HyperIo;
 pub use pool::{ClientPool, SERVER_TARGET};
 pub use runtime::{BoxFuture, Runtime};
+pub use security::{CertificateProviders, FallbackCredentials, XdsServerCredentials};
 pub use transport::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, KeepaliveSettings, Target, TransportSettings,

@@ -22,6 +22,7 @@ use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig, ServerTarget};
 use crate::frames::{ConnectionState, FrameWatcher, Handshake};
 use crate::io::HyperIo;
 use crate::runtime::{BoxFuture, HyperExecutor, HyperTimer, Runtime};
+use crate::security::{ConnectionTls, FailureNote, explain_alert};
 
 /// The default cap on one received message: 64 MiB, enough for the large CDS/EDS
 /// responses of big meshes (tonic's own default is 4 MiB).
@@ -199,14 +200,24 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// Where a connection attempt goes: the host and port to dial, with TLS or without,
 /// and how its errors name the peer. An xDS server's comes from its bootstrap entry;
-/// an endpoint's is its address (plaintext: A29 security is not applied to endpoint
-/// connections yet).
+/// an endpoint's is its address, with the TLS its channel's credentials give it.
 #[derive(Clone, Debug)]
 pub(crate) struct Peer {
     target: Target,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    tls: Option<PeerTls>,
     /// How errors name the peer: the server URI, or the endpoint's address.
     label: String,
+}
+
+/// The TLS of a connection attempt.
+#[derive(Clone, Debug)]
+struct PeerTls {
+    config: Arc<rustls::ClientConfig>,
+    /// The server name sent (SNI, unless an IP address) and given to the verifier;
+    /// `None`: the target's host.
+    server_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// Where an xDS verifier says why it refused the server.
+    note: Option<FailureNote>,
 }
 
 impl Peer {
@@ -215,7 +226,11 @@ impl Peer {
         let target = Target::parse(&config.server_uri)?;
         let tls = match &config.channel_creds {
             ChannelCredentials::Insecure => None,
-            ChannelCredentials::Tls(creds) => Some(crate::tls::client_config(creds)?),
+            ChannelCredentials::Tls(creds) => Some(PeerTls {
+                config: crate::tls::client_config(creds)?,
+                server_name: None,
+                note: None,
+            }),
             ChannelCredentials::GoogleDefault => {
                 return Err(
                     "google_default channel credentials are not supported by this adapter".into(),
@@ -239,6 +254,32 @@ impl Peer {
             },
             tls: None,
             label: address.to_string(),
+        }
+    }
+
+    /// An endpoint of a cluster with an `UpstreamTls` (A29).
+    pub(crate) fn endpoint_xds_tls(address: SocketAddr, tls: ConnectionTls) -> Peer {
+        Peer {
+            tls: Some(PeerTls {
+                config: tls.config,
+                server_name: Some(tls.server_name),
+                note: Some(tls.note),
+            }),
+            ..Peer::endpoint(address)
+        }
+    }
+
+    /// An endpoint dialled with fallback TLS credentials (its IP as server name).
+    pub(crate) fn endpoint_tls(address: SocketAddr, config: Arc<rustls::ClientConfig>) -> Peer {
+        Peer {
+            tls: Some(PeerTls {
+                config,
+                server_name: Some(rustls::pki_types::ServerName::IpAddress(
+                    address.ip().into(),
+                )),
+                note: None,
+            }),
+            ..Peer::endpoint(address)
         }
     }
 }
@@ -272,7 +313,12 @@ pub(crate) async fn connect<R: Runtime>(
         .await?;
         match handshake.await {
             Ok(Ok(())) => Ok(conn),
-            Ok(Err(reason)) => Err(format!("{label}: {reason}")),
+            Ok(Err(reason)) => Err(
+                match explain_alert(&reason).filter(|_| peer.tls.is_some()) {
+                    Some(why) => format!("{label}: {why}: {reason}"),
+                    None => format!("{label}: {reason}"),
+                },
+            ),
             Err(oneshot::Canceled) => Err(format!(
                 "{label}: the connection ended before the SETTINGS frame"
             )),
@@ -312,13 +358,20 @@ async fn open<R: Runtime>(
         .map_err(|e| format!("TCP connect to {target} failed: {e}"))?;
     let io: Box<dyn Io> = match &peer.tls {
         None => Box::new(tcp),
-        Some(config) => {
-            let name = rustls::pki_types::ServerName::try_from(target.host.clone())
-                .map_err(|e| format!("invalid TLS server name {:?}: {e}", target.host))?;
-            let stream = futures_rustls::TlsConnector::from(config.clone())
+        Some(tls) => {
+            let name = match &tls.server_name {
+                Some(name) => name.clone(),
+                None => rustls::pki_types::ServerName::try_from(target.host.clone())
+                    .map_err(|e| format!("invalid TLS server name {:?}: {e}", target.host))?,
+            };
+            let stream = futures_rustls::TlsConnector::from(tls.config.clone())
                 .connect(name, tcp)
                 .await
-                .map_err(|e| format!("TLS handshake with {target} failed: {e}"))?;
+                .map_err(|e| {
+                    let why = tls.note.as_ref().and_then(FailureNote::take);
+                    let why = why.unwrap_or_else(|| e.to_string());
+                    format!("TLS handshake with {target} failed: {why}")
+                })?;
             Box::new(stream)
         }
     };

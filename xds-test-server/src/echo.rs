@@ -104,6 +104,9 @@ struct Counters {
     failed: AtomicU64,
     failing: AtomicBool,
     fail_next: AtomicU64,
+    /// TLS connections accepted, and the client's leaf certificate of each (DER, empty
+    /// without one).
+    tls_connections: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 impl Counters {
@@ -135,7 +138,7 @@ impl EchoBackend {
     /// # Panics
     /// When no port can be bound on 127.0.0.1.
     pub fn start(name: &str) -> EchoBackend {
-        EchoBackend::start_serving(name, None)
+        EchoBackend::start_with(name, None, None)
     }
 
     /// [`start`](Self::start)s a backend that reports its load as `orca` says.
@@ -143,10 +146,24 @@ impl EchoBackend {
     /// # Panics
     /// When no port can be bound on 127.0.0.1.
     pub fn start_with_orca(name: &str, orca: EchoOrca) -> EchoBackend {
-        EchoBackend::start_serving(name, Some(Arc::new(orca)))
+        EchoBackend::start_with(name, Some(Arc::new(orca)), None)
     }
 
-    fn start_serving(name: &str, orca: Option<Arc<EchoOrca>>) -> EchoBackend {
+    /// Starts a backend that terminates TLS with `config` (which should advertise ALPN
+    /// `h2`) before HTTP/2; a failed handshake closes the connection. It records each
+    /// accepted connection's client certificate ([`Self::tls_client_certificates`]).
+    ///
+    /// # Panics
+    /// As [`Self::start`].
+    pub fn start_tls(name: &str, config: Arc<rustls::ServerConfig>) -> EchoBackend {
+        EchoBackend::start_with(name, None, Some(tokio_rustls::TlsAcceptor::from(config)))
+    }
+
+    fn start_with(
+        name: &str,
+        orca: Option<Arc<EchoOrca>>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> EchoBackend {
         let host = Host::for_caller("loopback-echo-backend");
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1");
         listener
@@ -166,7 +183,7 @@ impl EchoBackend {
             _stop: stop,
             _host: host.clone(),
         };
-        host.handle().spawn(serve(listener, service, stopped));
+        host.handle().spawn(serve(listener, service, tls, stopped));
         backend
     }
 
@@ -201,6 +218,13 @@ impl EchoBackend {
         self.counters.failed.load(Ordering::Relaxed)
     }
 
+    /// The client leaf certificate (DER; empty when the client sent none) of every TLS
+    /// connection accepted so far, in order.
+    pub fn tls_client_certificates(&self) -> Vec<Vec<u8>> {
+        let certs = self.counters.tls_connections.lock();
+        certs.unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Makes every RPC fail with UNAVAILABLE (`true`) until told otherwise.
     pub fn set_failing(&self, failing: bool) {
         self.counters.failing.store(failing, Ordering::Relaxed);
@@ -215,6 +239,7 @@ impl EchoBackend {
 async fn serve(
     listener: std::net::TcpListener,
     service: EchoService,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut stopped: futures::channel::oneshot::Receiver<()>,
 ) {
     let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
@@ -226,15 +251,20 @@ async fn serve(
                 let Ok((tcp, _)) = accepted else { continue };
                 let _ = tcp.set_nodelay(true);
                 let service = service.clone();
+                let tls = tls.clone();
                 connections.spawn(async move {
-                    let _ = hyper::server::conn::http2::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(
-                        hyper_util::rt::TokioIo::new(tcp),
-                        hyper_util::service::TowerToHyperService::new(service),
-                    )
-                    .await;
+                    match tls {
+                        None => serve_connection(tcp, service).await,
+                        Some(tls) => {
+                            let Ok(stream) = tls.accept(tcp).await else { return };
+                            let client_cert = (stream.get_ref().1.peer_certificates())
+                                .and_then(|c| c.first())
+                                .map_or_else(Vec::new, |c| c.to_vec());
+                            let connections = &service.counters.tls_connections;
+                            connections.lock().unwrap_or_else(|e| e.into_inner()).push(client_cert);
+                            serve_connection(stream, service).await;
+                        }
+                    }
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -327,6 +357,18 @@ impl RateMeter {
         }
         seen.len() as f64 / self.window.as_secs_f64()
     }
+}
+
+async fn serve_connection<IO>(io: IO, service: EchoService)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(io),
+            hyper_util::service::TowerToHyperService::new(service),
+        )
+        .await;
 }
 
 /// The HTTP service: routes [`ECHO_PATH`] (through the ORCA layer when the backend

@@ -60,6 +60,8 @@ pub mod proxy;
 mod record;
 pub mod recorder;
 pub mod resources;
+#[cfg(feature = "tls")]
+pub mod security_suite;
 mod server;
 mod service;
 mod session;

@@ -29,6 +29,7 @@ use xds_proto_core::orca::OrcaLoadReport;
 use xds_proto_core::selector::{ConfigSelector, Metadata, Selection};
 
 use super::orca::{self, OobStart, OobStreams};
+use super::security::{EndpointSecurity, SecurityMap};
 use super::wire;
 use crate::runtime::Runtime;
 use crate::transport::Connection;
@@ -49,9 +50,11 @@ pub(crate) enum Resolution {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Attempt(u64);
 
-/// A subchannel's current attempt and, once READY, its connection.
+/// A subchannel's current attempt, what it dials with and, once READY, its
+/// connection.
 struct Slot {
     attempt: Attempt,
+    security: EndpointSecurity,
     ready: Option<Connection>,
 }
 
@@ -71,12 +74,13 @@ impl<K: Eq + Hash> Connections<K> {
         }
     }
 
-    /// Starts a new attempt for `key`, which replaces any earlier one.
-    fn start(&mut self, key: K) -> Attempt {
+    /// Starts a new attempt for `key` with `security`, which replaces any earlier one.
+    fn start(&mut self, key: K, security: EndpointSecurity) -> Attempt {
         let attempt = Attempt(self.next_attempt);
         self.next_attempt += 1;
         let slot = Slot {
             attempt,
+            security,
             ready: None,
         };
         self.slots.insert(key, slot);
@@ -99,6 +103,27 @@ impl<K: Eq + Hash> Connections<K> {
             }
             _ => false,
         }
+    }
+
+    /// Retires the READY connections made with another security config than `now_is`
+    /// gives their key now; returns their keys (to be reported IDLE).
+    fn retire_outdated(&mut self, now_is: impl Fn(&K) -> EndpointSecurity) -> Vec<K>
+    where
+        K: Clone,
+    {
+        let mut retired = Vec::new();
+        for (key, slot) in &mut self.slots {
+            if slot.ready.is_some() && slot.security != now_is(key) {
+                slot.ready = None;
+                retired.push(key.clone());
+            }
+        }
+        retired
+    }
+
+    /// Whether `key`'s current attempt dials with `security`.
+    fn dials_with(&self, key: &K, security: &EndpointSecurity) -> bool {
+        self.slots.get(key).is_some_and(|s| s.security == *security)
     }
 
     /// The connection an RPC picked for `key` may go on: READY, and taking new streams.
@@ -133,7 +158,7 @@ pub(crate) enum DriverEvent {
 /// Work a mutation left to do once the lock is released.
 #[derive(Default)]
 pub(crate) struct Deferred {
-    connects: Vec<(SubchannelId, Attempt, SocketAddr)>,
+    connects: Vec<(SubchannelId, Attempt, SocketAddr, EndpointSecurity)>,
     resolves: Vec<(String, String, u16)>,
     oob_starts: Vec<OobStart>,
 }
@@ -152,6 +177,14 @@ pub(crate) struct State {
     oob: OobStreams,
     /// Streams a mutation started, to spawn once the lock is released.
     oob_starts: Vec<OobStart>,
+    /// Each endpoint's security config (under xDS credentials) and each cluster's
+    /// addresses.
+    security: SecurityMap,
+    /// Whether the channel has xDS credentials (else every endpoint is plaintext).
+    xds_credentials: bool,
+    /// The last connection error of each address, numbered to find the latest.
+    connect_errors: HashMap<SocketAddr, (u64, String)>,
+    next_error: u64,
 }
 
 /// Where a pick for an RPC stands.
@@ -245,6 +278,13 @@ impl<R: Runtime> Shared<R> {
                 armed: None,
                 oob: OobStreams::default(),
                 oob_starts: Vec::new(),
+                security: SecurityMap::default(),
+                xds_credentials: !matches!(
+                    settings.credentials,
+                    super::security::EndpointCredentials::Plaintext
+                ),
+                connect_errors: HashMap::new(),
+                next_error: 0,
             }),
             driver,
             settings,
@@ -281,8 +321,8 @@ impl<R: Runtime> Shared<R> {
 
     /// Starts the connections and resolutions a mutation asked for.
     fn carry_out(self: &Arc<Self>, deferred: Deferred) {
-        for (subchannel, attempt, address) in deferred.connects {
-            super::subchannel::spawn_connect(self, subchannel, attempt, address);
+        for (subchannel, attempt, address, security) in deferred.connects {
+            super::subchannel::spawn_connect(self, subchannel, attempt, address, security);
         }
         for start in deferred.oob_starts {
             orca::spawn(self, start);
@@ -305,7 +345,9 @@ impl<R: Runtime> Shared<R> {
         self.mutate(|state, now| {
             state.resolution = match update {
                 Ok((config, selector)) => {
+                    state.security = SecurityMap::of(config);
                     state.lb.update(now, config);
+                    state.retire_outdated_connections(now);
                     Resolution::Ready(selector)
                 }
                 Err(status) => Resolution::Failed(status),
@@ -365,7 +407,9 @@ impl<R: Runtime> Shared<R> {
                 },
                 Pick::Queue => return Err(state.picker_generation),
                 Pick::Fail(_) if wait_for_ready => return Err(state.picker_generation),
-                Pick::Fail(status) => PickResult::Failed(wire::tonic_status(&status)),
+                Pick::Fail(status) => PickResult::Failed(
+                    state.with_connect_error(cluster, wire::tonic_status(&status)),
+                ),
                 Pick::Drop { category } => PickResult::Dropped(tonic::Status::unavailable(
                     format!("dropped by the control plane: {category}"),
                 )),
@@ -402,12 +446,28 @@ impl<R: Runtime> Shared<R> {
         ready: Option<Connection>,
     ) {
         self.mutate(|s, now| {
+            // A connection made with a security config its address no longer has (the
+            // cluster's TLS changed while it was being made) is not used.
+            let outdated = ready.is_some() && {
+                let current = s.dial_security(now, subchannel);
+                !s.connections.dials_with(&subchannel, &current)
+            };
+            let (state, ready) = if outdated {
+                (ConnectivityState::Idle, None)
+            } else {
+                (state, ready)
+            };
             if s.connections.report(&subchannel, attempt, ready) {
                 match s.connections.ready(&subchannel) {
                     Some((attempt, conn)) => s
                         .oob_starts
                         .extend(s.oob.connected(subchannel, attempt, conn)),
                     None => s.oob.disconnected(subchannel),
+                }
+                if state == ConnectivityState::Ready
+                    && let Some(address) = s.lb.subchannel_address(subchannel)
+                {
+                    s.connect_errors.remove(&address);
                 }
                 s.lb.subchannel_state(now, subchannel, state);
             }
@@ -429,6 +489,25 @@ impl<R: Runtime> Shared<R> {
         });
     }
 
+    /// A failed connection attempt: TRANSIENT_FAILURE, and its error kept for the
+    /// status of picks that fail for lack of a reachable endpoint.
+    pub(crate) fn attempt_failed(
+        self: &Arc<Self>,
+        subchannel: SubchannelId,
+        attempt: Attempt,
+        address: SocketAddr,
+        error: String,
+    ) {
+        self.mutate(|s, now| {
+            if s.connections.report(&subchannel, attempt, None) {
+                s.next_error += 1;
+                s.connect_errors.insert(address, (s.next_error, error));
+                s.lb.subchannel_state(now, subchannel, ConnectivityState::TransientFailure);
+                s.oob.disconnected(subchannel);
+            }
+        });
+    }
+
     /// Runs the balancer's due timers; returns when to run them next.
     pub(crate) fn handle_timeout(self: &Arc<Self>) -> Option<Instant> {
         self.mutate(|state, now| {
@@ -444,7 +523,12 @@ impl<R: Runtime> Shared<R> {
         cluster: &str,
         result: Result<Vec<SocketAddr>, xds_proto_core::Status>,
     ) {
-        self.mutate(|state, now| state.lb.dns_resolved(now, cluster, result));
+        self.mutate(|state, now| {
+            if let Ok(addresses) = &result {
+                state.security.dns_resolved(cluster, addresses);
+            }
+            state.lb.dns_resolved(now, cluster, result);
+        });
     }
 }
 
@@ -481,8 +565,11 @@ impl State {
                     subchannel,
                     address,
                 } => {
-                    let attempt = self.connections.start(subchannel);
-                    deferred.connects.push((subchannel, attempt, address));
+                    let security = self.dial_security_of(&address);
+                    let attempt = self.connections.start(subchannel, security.clone());
+                    deferred
+                        .connects
+                        .push((subchannel, attempt, address, security));
                 }
                 // Forgotten, or kept IDLE with its connection closed (a priority not
                 // in use for 15 minutes): a later `Connect` dials anew. RPCs on the
@@ -516,6 +603,65 @@ impl State {
         deferred
     }
 
+    /// What `address` is dialled with now.
+    fn dial_security_of(&self, address: &SocketAddr) -> EndpointSecurity {
+        if self.xds_credentials {
+            self.security.security(address)
+        } else {
+            EndpointSecurity::Fallback
+        }
+    }
+
+    /// What `subchannel`'s address is dialled with now.
+    fn dial_security(&self, _now: Instant, subchannel: SubchannelId) -> EndpointSecurity {
+        match self.lb.subchannel_address(subchannel) {
+            Some(address) => self.dial_security_of(&address),
+            None => EndpointSecurity::Fallback,
+        }
+    }
+
+    /// Retires the READY connections whose security config changed with the new
+    /// configuration: IDLE to the balancer (which dials again with the new one); RPCs
+    /// on them finish.
+    fn retire_outdated_connections(&mut self, now: Instant) {
+        if !self.xds_credentials {
+            return;
+        }
+        let State {
+            lb,
+            connections,
+            security,
+            ..
+        } = self;
+        let retired = connections.retire_outdated(|subchannel| {
+            lb.subchannel_address(*subchannel)
+                .map_or(EndpointSecurity::Fallback, |a| security.security(&a))
+        });
+        for subchannel in retired {
+            tracing::debug!(
+                ?subchannel,
+                "the cluster's security config changed: reconnecting"
+            );
+            self.lb
+                .subchannel_state(now, subchannel, ConnectivityState::Idle);
+        }
+    }
+
+    /// `status` of a pick that failed for `cluster`, with the latest connection error
+    /// among the cluster's addresses (gRPC's "last connection error").
+    fn with_connect_error(&self, cluster: &str, status: tonic::Status) -> tonic::Status {
+        let latest = (self.security.addresses(cluster).iter())
+            .filter_map(|a| self.connect_errors.get(a))
+            .max_by_key(|(n, _)| *n);
+        match latest {
+            Some((_, error)) => tonic::Status::new(
+                status.code(),
+                format!("{}; last connection error: {error}", status.message()),
+            ),
+            None => status,
+        }
+    }
+
     /// Lets the queued RPCs pick again.
     fn picker_changed(&mut self) {
         self.picker_generation += 1;
@@ -535,11 +681,11 @@ mod tests {
     #[test]
     fn only_the_current_attempt_reports_for_its_subchannel() {
         let mut connections = Connections::<u32>::new();
-        let first = connections.start(7);
+        let first = connections.start(7, EndpointSecurity::Fallback);
         assert!(connections.report(&7, first, None), "CONNECTING");
         connections.remove(&7);
         assert!(!connections.report(&7, first, None), "forgotten");
-        let second = connections.start(7);
+        let second = connections.start(7, EndpointSecurity::Fallback);
         assert_ne!(first, second);
         assert!(
             !connections.report(&7, first, None),
@@ -547,7 +693,7 @@ mod tests {
         );
         assert!(connections.report(&7, second, None));
         assert!(connections.usable(&7).is_none(), "not READY");
-        let other = connections.start(8);
+        let other = connections.start(8, EndpointSecurity::Fallback);
         assert!(
             !connections.report(&8, second, None),
             "another subchannel's attempt"

@@ -19,6 +19,7 @@ mod body;
 mod call;
 mod orca;
 mod retry;
+mod security;
 mod subchannel;
 mod wire;
 
@@ -38,9 +39,11 @@ use xds_proto_core::lb::{DEFAULT_FAILOVER_TIMEOUT, LbSettings, LoadBalancer};
 pub use body::ResponseBody;
 
 use self::balancer::{DriverEvent, Shared};
+use self::security::EndpointCredentials;
 use crate::client::{Client, Error};
 use crate::pool::ClientPool;
 use crate::runtime::{BoxFuture, Runtime};
+use crate::security::{CertificateProviders, FallbackCredentials};
 use crate::transport::TransportSettings;
 
 /// Settings of one channel.
@@ -50,6 +53,8 @@ pub(crate) struct ChannelSettings {
     pub(crate) transport: TransportSettings,
     /// The channel's identity for `channel_id` hash policies (A42).
     pub(crate) channel_id: u64,
+    /// How endpoints are dialled.
+    pub(crate) credentials: EndpointCredentials,
 }
 
 /// A gRPC channel to an `xds:` target, for tonic. Cheap to clone (one reference
@@ -78,6 +83,17 @@ pub(crate) struct ChannelSettings {
 /// for new RPCs; RPCs in flight finish on what they picked, and their clusters stay
 /// until they end.
 ///
+/// **Credentials.** By default every endpoint is dialled in plaintext (h2c), whatever
+/// the clusters' `transport_socket` says. With
+/// [`xds_credentials`](XdsChannelBuilder::xds_credentials) (gRPC's `XdsCredentials`,
+/// gRFC A29) an endpoint of a cluster with an `UpstreamTlsContext` is dialled with
+/// rustls: the server's chain verified against the roots of the bootstrap's certificate
+/// provider, then its SANs against the cluster's matchers (or A101's SNI), the
+/// provider's identity presented for mTLS; other clusters use the fallback. A failed
+/// handshake makes the RPC fail UNAVAILABLE with the cause ("certificate SANs do not
+/// match", "unknown issuer", "certificate expired", ...). The channel's `Debug` shows
+/// which credentials it has.
+///
 /// The channel stops (its driver ends, its connections close once idle) when its last
 /// clone is dropped.
 pub struct XdsChannel<R> {
@@ -104,6 +120,7 @@ impl<R> fmt::Debug for XdsChannel<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("XdsChannel")
             .field("target", &self.inner.target)
+            .field("credentials", &self.inner.shared.settings.credentials)
             .finish_non_exhaustive()
     }
 }
@@ -131,6 +148,7 @@ impl<R: Runtime> XdsChannel<R> {
             wait_for_ready: false,
             transport: TransportSettings::endpoint_defaults(),
             failover_timeout: DEFAULT_FAILOVER_TIMEOUT,
+            xds_credentials: None,
         }
     }
 
@@ -156,6 +174,8 @@ pub struct XdsChannelBuilder<R> {
     wait_for_ready: bool,
     transport: TransportSettings,
     failover_timeout: Duration,
+    /// With xDS credentials: the fallback, and the providers if given.
+    xds_credentials: Option<(FallbackCredentials, Option<CertificateProviders>)>,
 }
 
 impl<R> fmt::Debug for XdsChannelBuilder<R> {
@@ -166,6 +186,7 @@ impl<R> fmt::Debug for XdsChannelBuilder<R> {
             .field("wait_for_ready", &self.wait_for_ready)
             .field("transport", &self.transport)
             .field("failover_timeout", &self.failover_timeout)
+            .field("xds_credentials", &self.xds_credentials)
             .finish_non_exhaustive()
     }
 }
@@ -223,12 +244,38 @@ impl<R: Runtime> XdsChannelBuilder<R> {
         self
     }
 
+    /// Dials endpoints with xDS credentials (gRPC's `XdsCredentials`, gRFC A29): a
+    /// cluster with an `UpstreamTlsContext` over TLS with the bootstrap's certificate
+    /// providers (built when the channel is, `file_watcher` files reread every
+    /// `refresh_interval`), any other cluster with `fallback`. A cluster update that
+    /// changes the security config applies to new connections: a READY connection made
+    /// with the old config takes no new RPCs (those on it finish) and is replaced.
+    /// Without this, every endpoint is plaintext.
+    pub fn xds_credentials(mut self, fallback: FallbackCredentials) -> Self {
+        let providers = self.xds_credentials.and_then(|(_, p)| p);
+        self.xds_credentials = Some((fallback, providers));
+        self
+    }
+
+    /// xDS credentials (as [`xds_credentials`](Self::xds_credentials)) with these
+    /// providers instead of ones built from the bootstrap: shared with other channels
+    /// or a server, or a runtime's own plugins.
+    pub fn xds_credentials_with(
+        mut self,
+        fallback: FallbackCredentials,
+        providers: CertificateProviders,
+    ) -> Self {
+        self.xds_credentials = Some((fallback, Some(providers)));
+        self
+    }
+
     /// Starts the channel: its driver follows the target's configuration from now on;
     /// RPCs made before the first configuration arrives wait for it.
     ///
     /// # Errors
     /// No runtime; a target that names no listener (A47); with the default pool, no
-    /// bootstrap or an invalid one.
+    /// bootstrap or an invalid one; with xDS credentials, a certificate provider plugin
+    /// the adapter cannot build.
     pub fn build(self) -> Result<XdsChannel<R>, Error> {
         let rt = match self.runtime {
             Some(rt) => rt,
@@ -246,12 +293,27 @@ impl<R: Runtime> XdsChannelBuilder<R> {
                 target: self.target.clone(),
                 error,
             })?;
+        let credentials = match self.xds_credentials {
+            None => EndpointCredentials::Plaintext,
+            Some((fallback, providers)) => {
+                let providers = match providers {
+                    Some(providers) => providers,
+                    None => CertificateProviders::start(&rt, client.bootstrap())
+                        .map_err(Error::Credentials)?,
+                };
+                EndpointCredentials::Xds {
+                    providers: Arc::new(providers),
+                    fallback,
+                }
+            }
+        };
         let seed = self.seed.unwrap_or_else(crate::client::random_seed);
         let (events_tx, events) = mpsc::unbounded();
         let settings = ChannelSettings {
             wait_for_ready: self.wait_for_ready,
             transport: self.transport,
             channel_id: seed.rotate_left(17) ^ 0x6a09_e667_f3bc_c908,
+            credentials,
         };
         let mut lb_settings = LbSettings::new(seed ^ 0x9e37_79b9_7f4a_7c15);
         lb_settings.failover_timeout = self.failover_timeout;

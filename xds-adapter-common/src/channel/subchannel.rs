@@ -22,7 +22,9 @@ use xds_proto_core::lb::{ConnectivityState, SubchannelId};
 use xds_proto_core::{Code, Status};
 
 use super::balancer::{Attempt, Shared};
+use super::security::{EndpointCredentials, EndpointSecurity};
 use crate::runtime::{BoxFuture, Runtime};
+use crate::security::{self, FallbackCredentials};
 use crate::transport::{self, Peer};
 
 /// Starts connection attempt `attempt` of `subchannel` on the runtime.
@@ -31,12 +33,13 @@ pub(crate) fn spawn_connect<R: Runtime>(
     subchannel: SubchannelId,
     attempt: Attempt,
     address: SocketAddr,
+    security: EndpointSecurity,
 ) {
     let rt = shared.rt.clone();
     // Weak: a connection's tasks do not keep a dropped channel alive.
     let shared = Arc::downgrade(shared);
     let task: BoxFuture<()> = Box::pin(async move {
-        let Some(conn) = connect(&shared, subchannel, attempt, address).await else {
+        let Some(conn) = connect(&shared, subchannel, attempt, address, security).await else {
             return;
         };
         let state = conn.state();
@@ -54,29 +57,61 @@ pub(crate) fn spawn_connect<R: Runtime>(
 }
 
 /// Reports CONNECTING and makes the attempt; a failure is reported
-/// TRANSIENT_FAILURE and gives `None`, as does a channel gone meanwhile.
+/// TRANSIENT_FAILURE (with its error) and gives `None`, as does a channel gone
+/// meanwhile.
 async fn connect<R: Runtime>(
     shared: &Weak<Shared<R>>,
     subchannel: SubchannelId,
     attempt: Attempt,
     address: SocketAddr,
+    security: EndpointSecurity,
 ) -> Option<transport::Connection> {
-    let (rt, settings) = {
+    let (rt, settings, peer) = {
         let shared = shared.upgrade()?;
         shared.attempt_state(subchannel, attempt, ConnectivityState::Connecting, None);
-        (shared.rt.clone(), shared.settings.transport.clone())
+        let peer = peer(&shared.settings.credentials, address, security);
+        (shared.rt.clone(), shared.settings.transport.clone(), peer)
     };
-    let peer = Peer::endpoint(address);
-    match transport::connect(&rt, &peer, &settings, |_| {}).await {
+    let result = match peer {
+        Ok(peer) => transport::connect(&rt, &peer, &settings, |_| {}).await,
+        Err(error) => Err(format!("{address}: {error}")),
+    };
+    match result {
         Ok(conn) => Some(conn),
         Err(error) => {
             tracing::info!(%address, %error, "subchannel TRANSIENT_FAILURE: the connection attempt failed");
             if let Some(shared) = shared.upgrade() {
-                let failed = ConnectivityState::TransientFailure;
-                shared.attempt_state(subchannel, attempt, failed, None);
+                shared.attempt_failed(subchannel, attempt, address, error);
             }
             None
         }
+    }
+}
+
+/// Where and how to dial `address`: plaintext without xDS credentials; with them, the
+/// cluster's TLS (identity and roots asked of the providers now), else the fallback.
+fn peer(
+    credentials: &EndpointCredentials,
+    address: SocketAddr,
+    security: EndpointSecurity,
+) -> Result<Peer, String> {
+    let EndpointCredentials::Xds {
+        providers,
+        fallback,
+    } = credentials
+    else {
+        return Ok(Peer::endpoint(address));
+    };
+    match (security, fallback) {
+        (EndpointSecurity::Tls(tls, host), _) => {
+            let tls = security::connection_tls(&tls, providers, host.as_deref(), address)?;
+            Ok(Peer::endpoint_xds_tls(address, tls))
+        }
+        (EndpointSecurity::Conflict(why), _) => Err(why),
+        (EndpointSecurity::Fallback, FallbackCredentials::Tls(config)) => {
+            Ok(Peer::endpoint_tls(address, config.clone()))
+        }
+        (EndpointSecurity::Fallback, _) => Ok(Peer::endpoint(address)),
     }
 }
 
