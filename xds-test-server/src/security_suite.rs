@@ -25,16 +25,19 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use xds_adapter_common::{
     CertificateProviders, ClientPool, FallbackCredentials, Runtime, XdsChannel,
+    XdsServerCredentials,
 };
 use xds_proto_core::Bootstrap;
 use xds_proto_core::pb::google::protobuf::Any;
+use xds_proto_core::resource::listener::ListenerKind;
 use xds_proto_core::resource::type_url;
+use xds_proto_core::resource::{DecodeContext, Lds, XdsResourceType};
 
 use crate::LoopbackServer;
 use crate::echo::{EchoBackend, EchoRequest, call_echo, echo_request};
 use crate::resources::{
-    any, cluster_msg, endpoints, file_watcher_provider_json, listener, mtls_cluster, route_config,
-    tls_cluster, upstream_tls_context,
+    any, cluster_msg, downstream_tls_context, endpoints, file_watcher_provider_json, listener,
+    mtls_cluster, route_config, tls_cluster, tls_server_listener_msg, upstream_tls_context,
 };
 use crate::suite::within;
 
@@ -129,6 +132,21 @@ impl MeshPki {
         // the provider refuses (keeping the last good one) until both are written.
         std::fs::write(self.path("client.key"), &leaf.key_pem).expect("write client.key");
         std::fs::write(self.path("client.pem"), &leaf.cert_pem).expect("write client.pem");
+    }
+
+    /// Writes a server's certificate and key files (`server.pem`, `server.key`) and
+    /// returns the bootstrap's `certificate_providers` object with instance `server`
+    /// for them and the mesh CA (the roots that verify clients).
+    pub fn write_server(&self, leaf: &Leaf) -> String {
+        std::fs::write(self.path("server.key"), &leaf.key_pem).expect("write server.key");
+        std::fs::write(self.path("server.pem"), &leaf.cert_pem).expect("write server.pem");
+        let entry = file_watcher_provider_json(
+            Some(&self.path("server.pem")),
+            Some(&self.path("server.key")),
+            Some(&self.path("ca.pem")),
+            Duration::from_secs(1),
+        );
+        format!(r#"{{"server": {entry}}}"#)
     }
 
     /// A client certificate `name` of the mesh CA (SPIFFE ID `.../sa/<name>`).
@@ -334,6 +352,90 @@ async fn until_failed<R: Runtime>(rt: &R, channel: &XdsChannel<R>, case: &str) -
             Ok(_) => rt.sleep(Duration::from_millis(20)).await,
         }
     }
+}
+
+/// `XdsServerCredentials` from a static LDS: a server listener built with the kit
+/// (its filter chain's `DownstreamTlsContext` naming provider instance `server`),
+/// decoded through the core with the server's bootstrap, its chain's TLS turned into
+/// a rustls server config for an echo backend. The channel with xDS credentials
+/// reaches it with mTLS; a cluster without an identity is refused while the chain
+/// requires a client certificate, and accepted once it does not. Returns the refusal.
+pub async fn server_credentials_scenarios<R: Runtime>() -> String {
+    let rt = R::current().expect("a runtime");
+    let mesh = Mesh::start(&rt);
+    let channel = mesh.channel::<R>();
+    let providers_json = mesh.pki.write_server(&mesh.pki.server(false, false));
+    let server_bootstrap = format!(
+        r#"{{"xds_servers": [{{"server_uri": "localhost:1", "channel_creds": [{{"type": "insecure"}}]}}],
+            "node": {{"id": "xds-server"}}, "certificate_providers": {providers_json}}}"#
+    );
+    let server_bootstrap = Bootstrap::from_json_str(&server_bootstrap).expect("the bootstrap");
+    let server_providers =
+        CertificateProviders::start(&rt, &server_bootstrap).expect("the server's providers");
+    let credentials = |require_client_certificate: bool| {
+        let context = downstream_tls_context("server", Some("server"), require_client_certificate);
+        let lds = any(
+            type_url::LISTENER,
+            &tls_server_listener_msg("server-lds", "127.0.0.1", 0, Some(&context)),
+        );
+        let decode_context = DecodeContext::new(&server_bootstrap);
+        let (_, listener) = Lds::decode_in(&decode_context, &lds.value).expect("the LDS decodes");
+        let ListenerKind::Server { filter_chains, .. } = &listener.kind else {
+            panic!("a server listener: {listener:?}")
+        };
+        let tls = filter_chains[0]
+            .tls
+            .clone()
+            .expect("the chain's DownstreamTls");
+        assert_eq!(tls.require_client_certificate, require_client_certificate);
+        XdsServerCredentials::new(tls, server_providers.clone())
+    };
+    let mut refusal = String::new();
+    within(
+        &rt,
+        Duration::from_secs(30),
+        "the server credentials",
+        async {
+            let strict = credentials(true);
+            let config = strict.server_config().expect("a server config");
+            assert!(
+                Arc::ptr_eq(&config, &strict.server_config().expect("again")),
+                "built once per provider generation"
+            );
+            let server = EchoBackend::start_tls("xds-server", config);
+            mesh.serve("1", mtls(&[SERVER_ID]), &server);
+            until_served(&rt, &channel, "xds-server").await;
+            let seen = server.tls_client_certificates();
+            assert!(
+                seen.last().is_some_and(|c| !c.is_empty()),
+                "mTLS: the client's certificate"
+            );
+            let no_identity =
+                tls_cluster(CLUSTER, &upstream_tls_context(INSTANCE, None, &[SERVER_ID]));
+            mesh.serve("2", no_identity.clone(), &server);
+            let status = until_failed(&rt, &channel, "no client certificate").await;
+            assert!(
+                status.message().contains("requires a client certificate"),
+                "{}",
+                status.message()
+            );
+            refusal = status.message().to_owned();
+            let lenient = EchoBackend::start_tls(
+                "lenient",
+                credentials(false).server_config().expect("a server config"),
+            );
+            mesh.serve("3", no_identity, &lenient);
+            until_served(&rt, &channel, "lenient").await;
+            let seen = lenient.tls_client_certificates();
+            assert_eq!(
+                seen.last().map(Vec::len),
+                Some(0),
+                "no client certificate, accepted"
+            );
+        },
+    )
+    .await;
+    refusal
 }
 
 /// Runs every scenario in order and returns the figures.
