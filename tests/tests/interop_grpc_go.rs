@@ -15,14 +15,16 @@
 //! What it checks: gRPC-Go's own xDS client sends 100 RPCs through it and both backends
 //! answer them all, each reply carrying its backend's ORCA report; the tokio
 //! `XdsChannel` does the same against the same servers.
-//! Everything is plaintext for now; the bootstrap can carry `certificate_providers`
-//! and the peer's client takes `-xds-creds`, for the mTLS cases of the security work.
+//! Those two are plaintext; the mTLS cases (A29, both directions, and a SAN mismatch
+//! both ways) are in `interop_grpc_go/mtls.rs`.
 //!
 //! The binary comes from the build script, which this test runs (a no-op when it is up
 //! to date; `XDS_GRPC_GO_PEER=<path>` uses a prebuilt one). When it cannot be had the
 //! tests are skipped with a message, unless `XDS_INTEROP_REQUIRED` is set (CI sets
 //! it), in which case they fail.
 
+#[path = "interop_grpc_go/mtls.rs"]
+mod mtls;
 #[path = "interop_grpc_go/peer.rs"]
 mod peer;
 
@@ -191,4 +193,12 @@ async fn xds_channel_reaches_both_grpc_go_servers_through_the_loopback_control_p
     println!("XdsChannel: replies by backend {backends:?}");
     assert_both_answered("XdsChannel", &backends);
     assert_eq!(mesh.backends.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_both_ways_with_grpc_go_and_the_same_failure_on_a_san_mismatch() {
+    let Some(binary) = binary_or_skip() else {
+        return;
+    };
+    mtls::both_directions(&binary).await;
 }
