@@ -67,6 +67,11 @@ async fn mtls_with_a_test_ca() {
 }
 
 #[async_std::test]
+async fn tls_channel_credentials_keep_the_last_good_certificates() {
+    suite::tls_credentials_keep_the_last_good_certificates::<AsyncStdRuntime>().await;
+}
+
+#[async_std::test]
 async fn a_21_mb_response_fits_the_default_limit_and_the_limit_is_configurable() {
     suite::large_responses::<AsyncStdRuntime>().await;
 }

@@ -17,7 +17,7 @@ use futures::FutureExt;
 use futures::channel::oneshot;
 use futures::future::{self, AbortHandle, AbortRegistration, Abortable, Either};
 use futures::io::{AsyncRead, AsyncWrite};
-use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig, ServerTarget};
+use xds_proto_core::bootstrap::{ChannelCredentials, ServerConfig, ServerTarget, TlsCredentials};
 
 use crate::frames::{ConnectionState, FrameWatcher, Handshake};
 use crate::io::HyperIo;
@@ -221,13 +221,17 @@ struct PeerTls {
 }
 
 impl Peer {
-    /// The xDS server `config` names, with its channel credentials.
-    pub(crate) fn server(config: &ServerConfig) -> Result<Peer, String> {
+    /// The xDS server `config` names, with its channel credentials (`tls` ones built
+    /// by `tls_config`).
+    pub(crate) fn server(
+        config: &ServerConfig,
+        tls_config: impl FnOnce(&TlsCredentials) -> Result<Arc<rustls::ClientConfig>, String>,
+    ) -> Result<Peer, String> {
         let target = Target::parse(&config.server_uri)?;
         let tls = match &config.channel_creds {
             ChannelCredentials::Insecure => None,
             ChannelCredentials::Tls(creds) => Some(PeerTls {
-                config: crate::tls::client_config(creds)?,
+                config: tls_config(creds)?,
                 server_name: None,
                 note: None,
             }),
@@ -462,6 +466,8 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for H2Service {
 #[derive(Debug, Default)]
 pub(crate) struct ChannelSlot {
     conn: futures::lock::Mutex<Option<Connection>>,
+    /// The `tls` channel credentials' files, as a `file_watcher` reads them (A65).
+    tls: std::sync::Mutex<Option<xds_proto_core::security::FileWatcherState>>,
 }
 
 impl ChannelSlot {
@@ -482,7 +488,10 @@ impl ChannelSlot {
         }
         *guard = None;
         on_connecting();
-        let peer = Peer::server(config)?;
+        let peer = Peer::server(config, |creds| {
+            let mut state = self.tls.lock().unwrap_or_else(|e| e.into_inner());
+            crate::tls::client_config(&mut state, rt.now(), creds)
+        })?;
         let conn = connect(rt, &peer, settings, on_closed).await?;
         *guard = Some(conn.clone());
         Ok((conn, true))

@@ -68,6 +68,11 @@ async fn mtls_with_a_test_ca() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_channel_credentials_keep_the_last_good_certificates() {
+    suite::tls_credentials_keep_the_last_good_certificates::<TokioRuntime>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_21_mb_response_fits_the_default_limit_and_the_limit_is_configurable() {
     suite::large_responses::<TokioRuntime>().await;
 }

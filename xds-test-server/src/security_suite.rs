@@ -227,6 +227,27 @@ fn leaf(
     }
 }
 
+/// The loopback bootstrap of `server` (insecure ADS, node `node_id`) with
+/// `certificate_providers` (a JSON object, e.g. [`MeshPki::provider_json`]).
+///
+/// # Panics
+/// When the result is no valid bootstrap.
+pub fn bootstrap_with_providers(
+    server: &LoopbackServer,
+    node_id: &str,
+    providers_json: &str,
+) -> Bootstrap {
+    let bootstrap = server.bootstrap_json(node_id, None);
+    let bootstrap = format!(
+        r#"{}, "certificate_providers": {providers_json}}}"#,
+        bootstrap
+            .trim_end()
+            .strip_suffix('}')
+            .expect("a JSON object"),
+    );
+    Bootstrap::from_json_str(&bootstrap).expect("the bootstrap")
+}
+
 /// What the scenarios measured, for the report.
 #[derive(Clone, Debug, Default)]
 pub struct SecurityFigures {
@@ -270,16 +291,7 @@ impl Mesh {
             "1",
             vec![route_config(ROUTES, CLUSTER)],
         );
-        let bootstrap = server.bootstrap_json("secure-channel", None);
-        let bootstrap = format!(
-            r#"{}, "certificate_providers": {}}}"#,
-            bootstrap
-                .trim_end()
-                .strip_suffix('}')
-                .expect("a JSON object"),
-            pki.provider_json()
-        );
-        let bootstrap = Bootstrap::from_json_str(&bootstrap).expect("the bootstrap");
+        let bootstrap = bootstrap_with_providers(&server, "secure-channel", &pki.provider_json());
         let providers = CertificateProviders::start(rt, &bootstrap).expect("the providers");
         Mesh {
             pki,

@@ -461,6 +461,64 @@ pub async fn tls_with_test_ca<R: Runtime>() {
     server.stop().await;
 }
 
+/// A65: `tls` channel credentials are read as a `file_watcher` reads its files, so a
+/// client certificate file gone bad keeps the last good certificate in use: after the
+/// refresh interval (1 s) the key file holds garbage, the server restarts, and the
+/// client reconnects over mTLS all the same and gets the new resource version. (Read
+/// at each connection attempt, as before A65's watcher, the reconnect failed.)
+#[cfg(feature = "tls")]
+pub async fn tls_credentials_keep_the_last_good_certificates<R: Runtime>() {
+    let rt = R::current().expect("a runtime");
+    let pki = TestPki::generate();
+    let server = LoopbackServer::start_tls(pki.server_config(true));
+    server.set_resources(LDS, "1", vec![listener("secure-listener", "routes-1")]);
+    let (ca, cert, key) = (
+        pki.path("ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client.key"),
+    );
+    let json = server
+        .bootstrap_json("tls-node", Some((&ca, Some((&cert, &key)))))
+        .replacen(
+            r#""config": {"#,
+            r#""config": {"refresh_interval": "1s", "#,
+            1,
+        );
+    let client = builder::<R>(&json)
+        .backoff(short_backoff())
+        .build()
+        .expect("client");
+    let mut lds = client.watch::<Lds>("secure-listener").await.expect("watch");
+    assert_eq!(next_value(&rt, &mut lds).await.name, "secure-listener");
+
+    std::fs::write(&key, "not a key").expect("spoil the key file");
+    rt.sleep(Duration::from_millis(1_100)).await;
+    server.stop().await;
+    server.set_resources(LDS, "2", vec![listener("secure-listener", "routes-2")]);
+    server.restart();
+    // The outage's connectivity errors first (ambient: the value stays), then the value.
+    let reconnected = async {
+        loop {
+            match next_update(&rt, &mut lds).await {
+                WatchUpdate::Changed(Ok(listener)) => break listener,
+                WatchUpdate::AmbientError(e) => tracing::debug!(%e, "during the restart"),
+                other => panic!("expected the new value, got {other:?}"),
+            }
+        }
+    };
+    let listener = within(&rt, PROMPT, "the new value after the restart", reconnected).await;
+    let ListenerKind::Client(hcm) = &listener.kind else {
+        panic!("not a client listener: {listener:?}")
+    };
+    assert_eq!(
+        hcm.route_config,
+        RouteSource::Rds("routes-2".into()),
+        "reconnected with the last good certificate"
+    );
+    client.shutdown().await;
+    server.stop().await;
+}
+
 /// A 21 MB response arrives with the default receive limit; with a 1 MiB limit the
 /// stream fails (tonic's OUT_OF_RANGE, "message length too large"), reported as a
 /// connectivity error.

@@ -174,3 +174,55 @@ impl SecurityMap {
             .map_or(&[], |entry| &entry.addresses)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use xds_proto_core::security::{CertificateProviderInstance, RootCertificates};
+
+    use super::*;
+
+    fn tls(san: &str) -> Option<Arc<UpstreamTls>> {
+        Some(Arc::new(UpstreamTls {
+            identity: None,
+            roots: RootCertificates::Provider(CertificateProviderInstance {
+                instance_name: "mesh".into(),
+                certificate_name: String::new(),
+            }),
+            match_subject_alt_names: vec![xds_proto_core::resource::route::StringMatcher::Exact {
+                value: san.into(),
+                ignore_case: false,
+            }],
+            sni: None,
+            auto_host_sni: false,
+            auto_sni_san_validation: false,
+        }))
+    }
+
+    /// One connection per address cannot serve two security configs: the address is
+    /// refused, not dialled with either cluster's.
+    #[test]
+    fn an_address_two_clusters_secure_differently_is_a_conflict() {
+        let (a, b, c): (SocketAddr, SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+            "127.0.0.1:3".parse().unwrap(),
+        );
+        let mut map = SecurityMap::default();
+        map.add("x", a, &tls("s"), Some("host".into()));
+        map.add("y", a, &tls("s"), Some("host".into()));
+        map.add("x", b, &tls("s"), None);
+        map.add("y", b, &tls("other"), None);
+        map.add("x", c, &tls("s"), None);
+        map.add("y", c, &None, None);
+        assert_eq!(
+            map.security(&a),
+            EndpointSecurity::Tls(tls("s").unwrap(), Some("host".into()))
+        );
+        assert!(
+            matches!(map.security(&b), EndpointSecurity::Conflict(why) if why.contains("\"x\" and \"y\""))
+        );
+        assert!(matches!(map.security(&c), EndpointSecurity::Conflict(_)));
+        let unknown: SocketAddr = "127.0.0.1:4".parse().unwrap();
+        assert_eq!(map.security(&unknown), EndpointSecurity::Fallback);
+    }
+}
