@@ -186,12 +186,13 @@ mod tests {
             identity: None,
             roots: RootCertificates::Provider(CertificateProviderInstance {
                 instance_name: "mesh".into(),
-                certificate_name: String::new(),
+                certificate_name: "".into(),
             }),
             match_subject_alt_names: vec![xds_proto_core::resource::route::StringMatcher::Exact {
                 value: san.into(),
                 ignore_case: false,
-            }],
+            }]
+            .into(),
             sni: None,
             auto_host_sni: false,
             auto_sni_san_validation: false,
