@@ -1,7 +1,7 @@
 //! Load-balancer pick cost over 1,000 READY endpoints: `round_robin` (one locality, so
 //! the weighted-locality step runs too), `ring_hash` (A42, a 2,000-entry ring for 1,000
 //! equal weights), `least_request` (A48, two choices) and `weighted_round_robin` (A58
-//! under `wrr_locality`, its EDF scheduler over 1,000 endpoints weighing ten different
+//! under `wrr_locality`, its stride scheduler over 1,000 endpoints weighing ten different
 //! ORCA-reported weights, past their blackout); and `round_robin` on a cluster that
 //! reports its load (LRS: the pick also finds the endpoint's locality counters and
 //! counts the call, its end counts the outcome).
@@ -17,9 +17,9 @@
 //! Before the measurements a counting global allocator reports the allocations of
 //! 100,000 picks per policy (the target is zero); the run fails if there are any.
 //!
-//! `wrr_edf_1000_endpoints` measures weighted round robin's EDF scheduler alone (the
-//! core's `src/lb/wrr_scheduler.rs`, compiled into this bench) over the same 1,000
-//! weights, to show its share of a weighted round robin pick.
+//! `wrr_scheduler_1000_endpoints` measures weighted round robin's static stride
+//! scheduler alone (the core's `src/lb/wrr_scheduler.rs`, compiled into this bench) over
+//! the same 1,000 weights, to show its share of a weighted round robin pick.
 //!
 //! Run: `cargo bench -p xds-proto-core --bench lb`.
 
@@ -300,24 +300,22 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-/// The EDF scheduler alone: a pick over the 1,000 endpoints' weights (100 qps at
+/// The stride scheduler alone: a pick over the 1,000 endpoints' weights (100 qps at
 /// utilizations 0.1 to 1.0).
-fn bench_edf(c: &mut Criterion) {
+fn bench_scheduler(c: &mut Criterion) {
     let weights: Vec<f64> = (0..ENDPOINTS)
         .map(|i| 100.0 / utilization(address(i)))
         .collect();
     let mut rng = SplitMix(7);
-    let mut scheduler = wrr_scheduler::EdfScheduler::default();
+    let mut scheduler = wrr_scheduler::StrideScheduler::default();
     scheduler.rebuild(&weights, || rng.next());
-    let mut group = c.benchmark_group("wrr_edf_1000_endpoints");
+    let mut group = c.benchmark_group("wrr_scheduler_1000_endpoints");
     group.throughput(Throughput::Elements(1));
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
-    group.bench_function("binary_heap/pick", |b| {
-        b.iter(|| black_box(scheduler.pick()))
-    });
+    group.bench_function("stride/pick", |b| b.iter(|| black_box(scheduler.pick())));
     group.finish();
 }
 
-criterion_group!(benches, bench, bench_edf);
+criterion_group!(benches, bench, bench_scheduler);
 criterion_main!(benches);

@@ -1,19 +1,20 @@
 //! `weighted_round_robin` (A58): every endpoint connected, as `round_robin`; picks go
 //! to the READY endpoints in proportion to their weights (the cluster's
 //! [`EndpointWeights`](super::wrr_weights::EndpointWeights), from ORCA reports)
-//! through an earliest-deadline-first scheduler. The scheduler is rebuilt, from the
+//! through a static stride scheduler (as gRPC C-core and gRPC-Go, rather than the
+//! earliest-deadline-first scheduler of A58's text). The scheduler is rebuilt, from the
 //! weights at that moment, whenever the READY set changes and every weight update
 //! period (the cluster's timer); a pick only runs it.
 
 use super::api::{ConnectivityState, SubchannelId};
 use super::endpoint_list::EndpointList;
 use super::policy::{Ctx, EndpointSpec, Picked};
-use super::wrr_scheduler::EdfScheduler;
+use super::wrr_scheduler::StrideScheduler;
 
 #[derive(Debug)]
 pub(super) struct WeightedRoundRobin {
     endpoints: EndpointList,
-    scheduler: EdfScheduler,
+    scheduler: StrideScheduler,
     /// The READY endpoints' weights, kept to rebuild the scheduler without allocating.
     weights: Vec<f64>,
 }
@@ -22,7 +23,7 @@ impl WeightedRoundRobin {
     pub(super) fn new(ctx: &mut Ctx, specs: &[EndpointSpec]) -> WeightedRoundRobin {
         let mut policy = WeightedRoundRobin {
             endpoints: EndpointList::new(ctx, specs),
-            scheduler: EdfScheduler::default(),
+            scheduler: StrideScheduler::default(),
             weights: Vec::with_capacity(specs.len()),
         };
         policy.refresh_weights(ctx);
