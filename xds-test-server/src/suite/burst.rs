@@ -116,12 +116,12 @@ const CHAINS: usize = 4;
 /// each cluster and endpoint set it needs, and each task does some work of its own,
 /// then watches its resource and awaits its value. The watches reach the driver from
 /// many tasks on every thread of the runtime, interleaved with the driver's own runs,
-/// each type's over more than [`LONG_BURST`], and the server still sees exactly one
+/// each type's over more than 30 ms (`LONG_BURST`), and the server still sees exactly one
 /// subscribing request per type.
 ///
 /// The attempts check their premises and are run again (a few times at most) when one
-/// fails: a burst shorter than [`LONG_BURST`] (a fast machine, many threads) is run
-/// again with twice the work per task; a split after a gap of [`SETTLE`] or more
+/// fails: a burst shorter than `LONG_BURST` (a fast machine, many threads) is run
+/// again with twice the work per task; a split after a gap of `SETTLE` (0.5 ms) or more
 /// between two watches of a type (a machine that stalled every thread of the runtime
 /// that long) is no failure of the rule. Run it on a multi-threaded runtime.
 pub async fn a_burst_from_many_tasks_is_one_request_per_type<R: Runtime>() {
