@@ -13,8 +13,11 @@
 //!
 //! Run: `cargo bench -p xds-adapter-tokio --bench channel` (about a minute).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
+use support::{latencies, p50};
 use tonic::transport::{Channel, Endpoint};
 use xds_adapter_tokio::xds_proto_core::resource::type_url;
 use xds_adapter_tokio::{Bootstrap, ClientPool, XdsChannel};
@@ -26,26 +29,6 @@ const ROUNDS: usize = 10;
 const RPCS_PER_ROUND: usize = 2_000;
 const CONCURRENCY: usize = 32;
 const THROUGHPUT_WINDOW: Duration = Duration::from_millis(1_000);
-
-/// Sequential RPCs: each one's latency.
-async fn latencies<C>(channel: &C, n: usize) -> Vec<Duration>
-where
-    C: Clone + Send + 'static,
-    C: tonic::client::GrpcService<tonic::body::Body>,
-    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    C::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    <C::ResponseBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = Instant::now();
-        call_echo(channel.clone(), echo_request("bench"))
-            .await
-            .expect("an RPC");
-        out.push(start.elapsed());
-    }
-    out
-}
 
 /// RPCs completed by `CONCURRENCY` callers in `THROUGHPUT_WINDOW`, per second.
 async fn throughput<C>(channel: &C) -> f64
@@ -78,11 +61,6 @@ where
         total += caller.await.expect("a caller");
     }
     total as f64 / THROUGHPUT_WINDOW.as_secs_f64()
-}
-
-fn p50(mut samples: Vec<Duration>) -> Duration {
-    samples.sort_unstable();
-    samples[samples.len() / 2]
 }
 
 fn main() {

@@ -17,19 +17,21 @@
 //!
 //! Run: `cargo bench -p xds-adapter-tokio --bench channel_mtls` (about 20 s).
 
+mod support;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::{latencies, p50};
 use tonic::transport::{Channel, Endpoint};
 use xds_adapter_tokio::xds_proto_core::resource::type_url;
 use xds_adapter_tokio::{ClientPool, FallbackCredentials, XdsChannel};
 use xds_test_server::LoopbackServer;
-use xds_test_server::echo::{EchoBackend, call_echo, echo_request};
+use xds_test_server::echo::EchoBackend;
 use xds_test_server::resources::{endpoints, listener, mtls_cluster, route_config};
 use xds_test_server::security_suite::{
     INSTANCE, MeshPki, SERVER_DNS, SERVER_ID, bootstrap_with_providers,
@@ -37,31 +39,6 @@ use xds_test_server::security_suite::{
 
 const ROUNDS: usize = 10;
 const RPCS_PER_ROUND: usize = 2_000;
-
-/// Sequential RPCs: each one's latency.
-async fn latencies<C>(channel: &C, n: usize) -> Vec<Duration>
-where
-    C: Clone + Send + 'static,
-    C: tonic::client::GrpcService<tonic::body::Body>,
-    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    C::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    <C::ResponseBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let start = Instant::now();
-        call_echo(channel.clone(), echo_request("bench"))
-            .await
-            .expect("an RPC");
-        out.push(start.elapsed());
-    }
-    out
-}
-
-fn p50(mut samples: Vec<Duration>) -> Duration {
-    samples.sort_unstable();
-    samples[samples.len() / 2]
-}
 
 /// tonic's connector for the plain TLS channel: TCP, then tokio-rustls.
 #[derive(Clone)]
