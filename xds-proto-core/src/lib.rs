@@ -203,6 +203,7 @@ pub mod backoff;
 pub mod bootstrap;
 pub mod client;
 pub mod dependency;
+pub mod filter;
 pub mod lb;
 pub mod lrs;
 pub mod metrics;
@@ -212,6 +213,7 @@ pub mod pool;
 pub mod resource;
 pub mod security;
 pub mod selector;
+pub mod server;
 pub mod time;
 
 pub use bootstrap::{ApiType, Bootstrap};
