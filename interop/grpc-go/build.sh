@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the gRPC-Go interop peer (peer/ beside this script) into
-# target/interop/grpc-go-peer.
+# target/interop/grpc-go-peer; `build.sh xds-interop` builds gRPC-Go's own xDS
+# interop test client and server instead (google.golang.org/grpc/interop/xds/client
+# and .../server, as gRPC's test descriptions define them) into
+# target/interop/grpc-go-xds-interop-client and -server.
 #
 # gRPC-Go comes from Debian, like go-control-plane in ../go-control-plane/build.sh,
 # whose private root this build shares: that script unpacks Go 1.27 and the
@@ -29,8 +32,14 @@
 #   XDS_INTEROP_MIRROR   Debian mirror (default: http://deb.debian.org/debian)
 #   XDS_INTEROP_SUITE    trixie-backports (default) or sid
 #   XDS_INTEROP_GO       Go toolchain package (default: golang-1.27-go)
-# Prints the binary's path as its last line.
+# Prints the binary's path as its last line (the two paths, for xds-interop).
 set -euo pipefail
+
+what=${1:-peer}
+case "$what" in
+peer | xds-interop) ;;
+*) echo "usage: build.sh [peer|xds-interop]" >&2; exit 2 ;;
+esac
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -61,6 +70,28 @@ packages=(
 	golang-golang-x-sync-dev
 	golang-github-zeebo-errs-dev
 )
+
+# What gRPC-Go's xDS interop client and server import on top: their metrics
+# (OpenTelemetry with its Prometheus exporter, for CSM observability). Debian does
+# not package OpenTelemetry's GCP resource detector, which the CSM plugin imports:
+# xds-interop/stub stands in for it (it detects nothing, as the real one does off
+# Google Cloud).
+xds_interop_packages=(
+	golang-opentelemetry-otel-dev
+	golang-opentelemetry-contrib-dev
+	golang-github-prometheus-client-golang-dev
+	golang-github-prometheus-client-model-dev
+	golang-github-prometheus-common-dev
+	golang-github-prometheus-procfs-dev
+	golang-github-beorn7-perks-dev
+	golang-github-klauspost-compress-dev
+	golang-github-go-logr-logr-dev
+	golang-github-go-logr-stdr-dev
+	golang-github-google-uuid-dev
+	golang-github-munnerz-goautoneg-dev
+)
+xds_root=$work/root-xds-interop
+xds_bin=$out/grpc-go-xds-interop
 
 log() { printf 'interop/grpc-go/build.sh: %s\n' "$*" >&2; }
 
@@ -160,11 +191,48 @@ if [ ! -f "$work/root.stamp" ] || [ "$(cat "$work/root.stamp")" != "$fingerprint
 	log "unpacked into $root in $((SECONDS - start))s"
 fi
 
+if [ "$what" = xds-interop ]; then
+	xds_fingerprint="$fingerprint xds=${xds_interop_packages[*]}"
+	if [ ! -f "$xds_root.stamp" ] || [ "$(cat "$xds_root.stamp")" != "$xds_fingerprint" ]; then
+		start=$SECONDS
+		rm -f "$xds_root.stamp" "$xds_bin.stamp"
+		apt_setup
+		rm -rf "$xds_root.tmp"
+		fetch_into "$xds_root.tmp" "${xds_interop_packages[@]}"
+		rm -rf "$xds_root"
+		mv "$xds_root.tmp" "$xds_root"
+		printf '%s' "$xds_fingerprint" >"$xds_root.stamp"
+		log "unpacked the xDS interop binaries' packages into $xds_root in $((SECONDS - start))s"
+	fi
+fi
+
 goroot=$base_root/usr/lib/go-$go_ver
 go=$goroot/bin/go
 export GO111MODULE=off GOPATH=$base_root/usr/share/gocode:$root/usr/share/gocode GOROOT=$goroot
 export GOCACHE=$base_work/gocache GOTOOLCHAIN=local GOPROXY=off GOFLAGS= GOENV=off CGO_ENABLED=0
 export GOTELEMETRY=off
+
+if [ "$what" = xds-interop ]; then
+	export GOPATH=$GOPATH:$xds_root/usr/share/gocode:$here/xds-interop/stub
+	xds_sum=$( (cat "$xds_root.stamp" "$here"/xds-interop/stub/src/go.opentelemetry.io/contrib/detectors/gcp/*.go; "$go" version) |
+		sha256sum | cut -d' ' -f1)
+	if [ -x "$xds_bin-client" ] && [ -x "$xds_bin-server" ] && [ -f "$xds_bin.stamp" ] &&
+		[ "$(cat "$xds_bin.stamp")" = "$xds_sum" ]; then
+		log "up to date"
+		printf '%s\n' "$xds_bin-client" "$xds_bin-server"
+		exit 0
+	fi
+	start=$SECONDS
+	log "building gRPC-Go's xDS interop client and server with $("$go" version)"
+	for side in client server; do
+		"$go" build -trimpath -o "$xds_bin-$side.tmp" "google.golang.org/grpc/interop/xds/$side"
+		mv "$xds_bin-$side.tmp" "$xds_bin-$side"
+	done
+	printf '%s' "$xds_sum" >"$xds_bin.stamp"
+	log "built them in $((SECONDS - start))s"
+	printf '%s\n' "$xds_bin-client" "$xds_bin-server"
+	exit 0
+fi
 
 src_sum=$( (cd "$here/peer" && cat $(LC_ALL=C ls ./*.go); cat "$work/root.stamp"; "$go" version) |
 	sha256sum | cut -d' ' -f1)
