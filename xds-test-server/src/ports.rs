@@ -26,8 +26,12 @@ impl RefusingPort {
     }
 
     /// `addr`'s port, which a listener just closed (`SO_REUSEADDR` lets the bind
-    /// through its connections in TIME_WAIT).
-    pub(crate) fn at(addr: SocketAddr) -> std::io::Result<RefusingPort> {
+    /// through its connections in TIME_WAIT): a test holds the port of a backend
+    /// process it stopped until it starts it again.
+    ///
+    /// # Errors
+    /// The port cannot be bound (another socket listens on it).
+    pub fn at(addr: SocketAddr) -> std::io::Result<RefusingPort> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
         socket.set_reuse_address(true)?;
         socket.bind(&addr.into())?;

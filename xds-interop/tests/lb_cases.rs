@@ -1,0 +1,203 @@
+//! gRPC's xDS interop test cases about load balancing and failover
+//! (`doc/xds-test-descriptions.md`), run against `xds-interop-server` backends and
+//! `xds-interop-client` on the loopback control plane: ping_pong, round_robin,
+//! backends_restart, secondary_locality_gets_requests_on_primary_failure,
+//! change_backend_service and traffic_splitting.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::*;
+use xds_test_server::resources::{
+    Host, Locality, cluster, endpoints_with, forward, prefix, to_cluster, weighted_action,
+};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// 4 backends in one locality behind cluster `c`, and a client at `qps`.
+async fn four_backends(
+    qps: &str,
+    fail_on_failed_rpcs: bool,
+) -> (ControlPlane, Vec<Backend>, InteropClient) {
+    let plane = ControlPlane::start();
+    let backends = start_backends("backend", 4).await;
+    let all: Vec<&Backend> = backends.iter().collect();
+    plane.set(
+        vec![cluster("c")],
+        vec![assignment("c", &all)],
+        vec![to_cluster(prefix(""), "c")],
+    );
+    let fail = format!("--fail_on_failed_rpcs={fail_on_failed_rpcs}");
+    let client = InteropClient::start(
+        &plane.bootstrap(),
+        &[&format!("--server={TARGET}"), qps, &fail],
+    )
+    .await;
+    (plane, backends, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_pong() {
+    let _timer = Timer::start("ping_pong");
+    let (_plane, backends, mut client) = four_backends("--qps=100", true).await;
+    wait_for_peers(&mut client, &names(&backends), LIMIT).await;
+    client.assert_running();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin() {
+    let _timer = Timer::start("round_robin");
+    let (_plane, backends, mut client) = four_backends("--qps=100", true).await;
+    wait_for_peers(&mut client, &names(&backends), LIMIT).await;
+    let stats = client.stats(100, Duration::from_secs(10)).await;
+    assert_eq!(stats.num_failures, 0, "{stats:?}");
+    for backend in &backends {
+        let got = stats.rpcs_by_peer.get(backend.name()).copied().unwrap_or(0);
+        assert!(
+            (got - 25).abs() <= 1,
+            "{} got {got} of 100: {:?}",
+            backend.name(),
+            peers(&stats)
+        );
+    }
+    client.assert_running();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_restart() {
+    let _timer = Timer::start("backends_restart");
+    let (_plane, mut backends, mut client) = four_backends("--qps=100", false).await;
+    let all = names(&backends);
+    wait_for_peers(&mut client, &all, LIMIT).await;
+    let before = wait_for_only(&mut client, &all, 100, LIMIT).await;
+    for backend in &mut backends {
+        backend.stop();
+    }
+    wait_for_block(
+        &mut client,
+        50,
+        LIMIT,
+        "no RPC succeeds with the backends stopped",
+        |s| s.rpcs_by_peer.is_empty() && s.num_failures == 50,
+    )
+    .await;
+    for backend in &mut backends {
+        backend.resume().await;
+    }
+    wait_for_peers(&mut client, &all, LIMIT).await;
+    let after = wait_for_only(&mut client, &all, 100, LIMIT).await;
+    for name in &all {
+        let (b, a) = (before.rpcs_by_peer[name], after.rpcs_by_peer[name]);
+        assert!(
+            (a - b).abs() <= 1,
+            "{name}: {b} of 100 before the restart, {a} after"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secondary_locality_gets_requests_on_primary_failure() {
+    let _timer = Timer::start("secondary_locality_gets_requests_on_primary_failure");
+    let plane = ControlPlane::start();
+    let mut primary = start_backends("primary", 2).await;
+    let secondary = start_backends("secondary", 2).await;
+    let hosts = |b: &[Backend]| {
+        b.iter()
+            .map(|b| Host::healthy(b.port()))
+            .collect::<Vec<_>>()
+    };
+    let mut low = Locality::new("r1", "z2", hosts(&secondary));
+    low.priority = 1;
+    let localities = [Locality::new("r1", "z1", hosts(&primary)), low];
+    plane.set(
+        vec![cluster("c")],
+        vec![endpoints_with("c", &localities)],
+        vec![to_cluster(prefix(""), "c")],
+    );
+    let mut client = InteropClient::start(
+        &plane.bootstrap(),
+        &[&format!("--server={TARGET}"), "--qps=100"],
+    )
+    .await;
+    let (p, s) = (names(&primary), names(&secondary));
+    wait_for_only(&mut client, &p, 50, LIMIT).await;
+    for backend in &mut primary {
+        backend.stop();
+    }
+    wait_for_only(&mut client, &s, 50, LIMIT).await;
+    for backend in &mut primary {
+        backend.resume().await;
+    }
+    wait_for_only(&mut client, &p, 50, LIMIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_backend_service() {
+    let _timer = Timer::start("change_backend_service");
+    let plane = ControlPlane::start();
+    let old = start_backends("old", 2).await;
+    let new = start_backends("new", 2).await;
+    let (old_refs, new_refs): (Vec<&Backend>, Vec<&Backend>) =
+        (old.iter().collect(), new.iter().collect());
+    plane.set(
+        vec![cluster("c1")],
+        vec![assignment("c1", &old_refs)],
+        vec![to_cluster(prefix(""), "c1")],
+    );
+    let mut client = InteropClient::start(
+        &plane.bootstrap(),
+        &[&format!("--server={TARGET}"), "--qps=100"],
+    )
+    .await;
+    wait_for_only(&mut client, &names(&old), 50, LIMIT).await;
+    plane.set(
+        vec![cluster("c1"), cluster("c2")],
+        vec![assignment("c1", &old_refs), assignment("c2", &new_refs)],
+        vec![to_cluster(prefix(""), "c2")],
+    );
+    wait_for_only(&mut client, &names(&new), 100, LIMIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_splitting() {
+    let _timer = Timer::start("traffic_splitting");
+    let plane = ControlPlane::start();
+    let a = Backend::start("a-0").await;
+    let b = Backend::start("b-0").await;
+    plane.set(
+        vec![cluster("a"), cluster("b")],
+        vec![assignment("a", &[&a]), assignment("b", &[&b])],
+        vec![to_cluster(prefix(""), "a")],
+    );
+    let mut client = InteropClient::start(
+        &plane.bootstrap(),
+        &[&format!("--server={TARGET}"), "--qps=250"],
+    )
+    .await;
+    wait_for_only(&mut client, &names([&a]), 50, LIMIT).await;
+    let next = client.stats(1000, Duration::from_secs(20)).await;
+    assert_eq!(
+        peers(&next),
+        [(a.name().to_string(), 1000)].into(),
+        "{} failed",
+        next.num_failures
+    );
+    plane.set_routes(vec![forward(
+        prefix(""),
+        weighted_action(&[("a", 20), ("b", 80)]),
+    )]);
+    let both: BTreeSet<String> = names([&a, &b]);
+    wait_for_only(&mut client, &both, 50, LIMIT).await;
+    let split = client.stats(1000, Duration::from_secs(20)).await;
+    assert_eq!(split.num_failures, 0);
+    let count = |name: &str| split.rpcs_by_peer.get(name).copied().unwrap_or(0);
+    let (to_a, to_b) = (count(a.name()), count(b.name()));
+    // gRPC's driver allows 5 % of the RPCs either way; Binomial(1000, 0.2) has a
+    // standard deviation of 12.6 RPCs, so 50 is four of them.
+    assert!(
+        (to_a - 200).abs() <= 50 && (to_b - 800).abs() <= 50,
+        "a {to_a}, b {to_b} of 1000, expected 200/800"
+    );
+}

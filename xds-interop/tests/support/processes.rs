@@ -1,0 +1,212 @@
+//! The interop binaries as child processes: backends (`xds-interop-server`) that stop
+//! and restart on the same port, and the client (`xds-interop-client`) with clients of
+//! its stats port.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+use xds_interop::pb::testing::load_balancer_stats_service_client::LoadBalancerStatsServiceClient;
+use xds_interop::pb::testing::xds_update_client_configure_service_client::XdsUpdateClientConfigureServiceClient;
+use xds_interop::pb::testing::{
+    ClientConfigureRequest, LoadBalancerAccumulatedStatsRequest,
+    LoadBalancerAccumulatedStatsResponse, LoadBalancerStatsRequest, LoadBalancerStatsResponse,
+};
+use xds_test_server::ports::RefusingPort;
+
+/// Where a child's stderr goes: the test's own when `XDS_INTEROP_LOGS` is set.
+fn child_stderr() -> Stdio {
+    if std::env::var_os("XDS_INTEROP_LOGS").is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A child killed when this is dropped, unless taken (a test that panics while a
+/// child starts leaves no process behind).
+struct Killed(Option<Child>);
+
+impl Killed {
+    fn take(&mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            kill(child);
+        }
+    }
+}
+
+/// Waits until something accepts connections on 127.0.0.1:`port`.
+async fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{what} does not listen on port {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One `xds-interop-server`, whose hostname (`--host_name_override`) is its name.
+pub struct Backend {
+    name: String,
+    port: u16,
+    child: Option<Child>,
+    /// While stopped, its port, kept from other tests.
+    held: Option<RefusingPort>,
+}
+
+impl Backend {
+    /// Starts a backend named `name` on a free port.
+    pub async fn start(name: &str) -> Backend {
+        let held = RefusingPort::new();
+        let mut backend = Backend {
+            name: name.to_string(),
+            port: held.port(),
+            child: None,
+            held: Some(held),
+        };
+        backend.resume().await;
+        backend
+    }
+
+    /// Its name, the peer the client reports.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u32 {
+        u32::from(self.port)
+    }
+
+    /// Kills it (as a crashed server); its port refuses connections until
+    /// [`resume`](Self::resume).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill(&mut child);
+        }
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        self.held = Some(RefusingPort::at(addr).expect("the stopped backend's port"));
+    }
+
+    /// Starts it again on its port.
+    pub async fn resume(&mut self) {
+        assert!(self.child.is_none(), "{} runs already", self.name);
+        drop(self.held.take());
+        let child = Command::new(env!("CARGO_BIN_EXE_xds-interop-server"))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--host_name_override={}", self.name))
+            .arg(format!("--server_id={}", self.name))
+            .stdout(Stdio::null())
+            .stderr(child_stderr())
+            .spawn()
+            .expect("xds-interop-server starts");
+        self.child = Some(child);
+        wait_listening(self.port, &self.name).await;
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            kill(child);
+        }
+    }
+}
+
+/// One `xds-interop-client` and clients of its stats port.
+pub struct InteropClient {
+    child: Child,
+    stats: LoadBalancerStatsServiceClient<Channel>,
+    configure: XdsUpdateClientConfigureServiceClient<Channel>,
+}
+
+impl InteropClient {
+    /// Starts the client with `bootstrap` (in `GRPC_XDS_BOOTSTRAP_CONFIG`) and `args`
+    /// besides `--stats_port`.
+    pub async fn start(bootstrap: &str, args: &[&str]) -> InteropClient {
+        let port = RefusingPort::new().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_xds-interop-client"))
+            .arg(format!("--stats_port={port}"))
+            .args(args)
+            .env_remove("GRPC_XDS_BOOTSTRAP")
+            .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap)
+            .stdout(Stdio::null())
+            .stderr(child_stderr())
+            .spawn()
+            .expect("xds-interop-client starts");
+        let mut child = Killed(Some(child));
+        wait_listening(port, "xds-interop-client's stats port").await;
+        let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("an endpoint")
+            .connect()
+            .await
+            .expect("the stats port");
+        InteropClient {
+            child: child.take(),
+            stats: LoadBalancerStatsServiceClient::new(channel.clone()),
+            configure: XdsUpdateClientConfigureServiceClient::new(channel),
+        }
+    }
+
+    /// The peers of the next `num_rpcs` RPCs the client sends (partial after
+    /// `timeout`).
+    pub async fn stats(&mut self, num_rpcs: i32, timeout: Duration) -> LoadBalancerStatsResponse {
+        self.assert_running();
+        let request = LoadBalancerStatsRequest {
+            num_rpcs,
+            timeout_sec: i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX),
+            ..Default::default()
+        };
+        self.stats
+            .get_client_stats(request)
+            .await
+            .expect("GetClientStats")
+            .into_inner()
+    }
+
+    /// The client's counts since it started.
+    pub async fn accumulated(&mut self) -> LoadBalancerAccumulatedStatsResponse {
+        self.assert_running();
+        self.stats
+            .get_client_accumulated_stats(LoadBalancerAccumulatedStatsRequest {})
+            .await
+            .expect("GetClientAccumulatedStats")
+            .into_inner()
+    }
+
+    /// Changes what the client sends.
+    pub async fn configure(&mut self, request: ClientConfigureRequest) {
+        self.configure.configure(request).await.expect("Configure");
+    }
+
+    /// Panics when the client has exited (`--fail_on_failed_rpcs` makes it exit at a
+    /// failed RPC).
+    pub fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("xds-interop-client exited: {status}");
+        }
+    }
+}
+
+impl Drop for InteropClient {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
