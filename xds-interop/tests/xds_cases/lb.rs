@@ -1,15 +1,11 @@
-//! gRPC's xDS interop test cases about load balancing and failover
-//! (`doc/xds-test-descriptions.md`), run against `xds-interop-server` backends and
-//! `xds-interop-client` on the loopback control plane: ping_pong, round_robin,
+//! The cases about load balancing and failover: ping_pong, round_robin,
 //! backends_restart, secondary_locality_gets_requests_on_primary_failure,
 //! change_backend_service and traffic_splitting.
-
-mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 use xds_test_server::resources::{
     Host, Locality, cluster, endpoints_with, forward, prefix, to_cluster, weighted_action,
 };

@@ -244,3 +244,60 @@ impl Drop for Timer {
         );
     }
 }
+
+/// RPCs ended in a window, by method (`UNARY_CALL`) and status code.
+pub type Window = BTreeMap<String, BTreeMap<i32, i32>>;
+
+/// What ended during the next `length`.
+pub async fn window(client: &mut InteropClient, length: Duration) -> Window {
+    let before = client.accumulated().await;
+    tokio::time::sleep(length).await;
+    let after = client.accumulated().await;
+    let mut window = Window::new();
+    for (method, stats) in &after.stats_per_method {
+        let empty = MethodStats::default();
+        let (_, results) =
+            method_delta(before.stats_per_method.get(method).unwrap_or(&empty), stats);
+        window.insert(method.clone(), results);
+    }
+    window
+}
+
+/// Of `method`'s RPCs that ended in `window`: how many with `code`, and how many in all.
+pub fn count(window: &Window, method: &str, code: tonic::Code) -> (i32, i32) {
+    let results = window.get(method);
+    let with = results
+        .and_then(|r| r.get(&(code as i32)))
+        .copied()
+        .unwrap_or(0);
+    (with, results.map(|r| r.values().sum()).unwrap_or(0))
+}
+
+/// Whether at least `min` of `method`'s RPCs ended in `window`, all with `code`.
+pub fn all_ended_with(window: &Window, method: &str, code: tonic::Code, min: i32) -> bool {
+    let (with, total) = count(window, method, code);
+    total >= min && with == total
+}
+
+/// Waits for two windows of a second in a row that satisfy `done` (the first window
+/// after a change may still hold RPCs sent before it).
+pub async fn wait_for_windows(
+    client: &mut InteropClient,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&Window) -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    let mut in_a_row = 0;
+    loop {
+        let w = window(client, Duration::from_secs(1)).await;
+        in_a_row = if done(&w) { in_a_row + 1 } else { 0 };
+        if in_a_row == 2 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {limit:?}; the last second: {w:?}"
+        );
+    }
+}
