@@ -8,6 +8,7 @@
 //! `--nocapture` prints each case's wall time; `XDS_INTEROP_LOGS=1` shows the
 //! processes' stderr (with `RUST_LOG` for their traces).
 
+mod binaries;
 mod fault;
 mod lb;
 mod routing;

@@ -133,6 +133,7 @@ impl Drop for Backend {
 /// One `xds-interop-client` and clients of its stats port.
 pub struct InteropClient {
     child: Child,
+    channel: Channel,
     stats: LoadBalancerStatsServiceClient<Channel>,
     configure: XdsUpdateClientConfigureServiceClient<Channel>,
 }
@@ -160,6 +161,7 @@ impl InteropClient {
             .expect("the stats port");
         InteropClient {
             child: child.take(),
+            channel: channel.clone(),
             stats: LoadBalancerStatsServiceClient::new(channel.clone()),
             configure: XdsUpdateClientConfigureServiceClient::new(channel),
         }
@@ -189,6 +191,11 @@ impl InteropClient {
             .await
             .expect("GetClientAccumulatedStats")
             .into_inner()
+    }
+
+    /// A channel to its stats port (for CSDS).
+    pub fn stats_channel(&self) -> Channel {
+        self.channel.clone()
     }
 
     /// Changes what the client sends.

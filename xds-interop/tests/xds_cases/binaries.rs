@@ -1,0 +1,144 @@
+//! The binaries themselves: bad flags end them with a message naming the flag, the
+//! server's health follows XdsUpdateHealthService, and the client serves CSDS on its
+//! stats port.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::{
+    ClientStatusRequest, ClientStatusResponse,
+};
+use xds_adapter_tokio::xds_proto_core::resource::type_url;
+use xds_interop::pb::health::HealthCheckRequest;
+use xds_interop::pb::health::health_check_response::ServingStatus;
+use xds_interop::pb::health::health_client::HealthClient;
+use xds_interop::pb::testing::Empty;
+use xds_interop::pb::testing::xds_update_health_service_client::XdsUpdateHealthServiceClient;
+use xds_test_server::resources::{cluster, prefix, to_cluster};
+
+use crate::support::*;
+
+/// Runs a binary with `args` to its end: exit code and stderr.
+fn run(binary: &str, args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(binary)
+        .args(args)
+        .env_remove("GRPC_XDS_BOOTSTRAP")
+        .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_flags_end_the_binaries_naming_the_flag() {
+    let server = env!("CARGO_BIN_EXE_xds-interop-server");
+    let client = env!("CARGO_BIN_EXE_xds-interop-client");
+    let cases: [(&str, &[&str], &str); 6] = [
+        (
+            server,
+            &["--secure_mode=true"],
+            "--secure_mode: true needs an xDS-enabled server",
+        ),
+        (server, &["--port=0"], "--port: a port from 1 to 65535"),
+        (server, &["--colour=blue"], "--colour: unknown flag"),
+        (
+            client,
+            &["--server=xds:///a", "--qps=0"],
+            "--qps: from 1 to 100000",
+        ),
+        (
+            client,
+            &["--server=xds:///a", "--metadata=UnaryCall"],
+            "--metadata: \"UnaryCall\": not Method:key:value",
+        ),
+        (
+            client,
+            &["--server=xds:///a", "--stats_port=1"],
+            "bootstrap:",
+        ),
+    ];
+    for (binary, args, message) in cases {
+        let (code, stderr) = run(binary, args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(message),
+            "{args:?}: {stderr:?} does not say {message:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_health_follows_xds_update_health_service() {
+    let backend = Backend::start("health-0").await;
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{}", backend.port()))
+        .expect("an endpoint")
+        .connect()
+        .await
+        .expect("the backend");
+    let mut health = HealthClient::new(channel.clone());
+    let mut update = XdsUpdateHealthServiceClient::new(channel);
+    let mut status = async || {
+        let response = health
+            .check(HealthCheckRequest::default())
+            .await
+            .expect("Check");
+        response.into_inner().status()
+    };
+    assert_eq!(status().await, ServingStatus::Serving);
+    update
+        .set_not_serving(Empty {})
+        .await
+        .expect("SetNotServing");
+    assert_eq!(status().await, ServingStatus::NotServing);
+    update.set_serving(Empty {}).await.expect("SetServing");
+    assert_eq!(status().await, ServingStatus::Serving);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_serves_csds_on_its_stats_port() {
+    let plane = ControlPlane::start();
+    let backend = Backend::start("csds-0").await;
+    plane.set(
+        vec![cluster("c")],
+        vec![assignment("c", &[&backend])],
+        vec![to_cluster(prefix(""), "c")],
+    );
+    let target = format!("--server={TARGET}");
+    let mut client = InteropClient::start(&plane.bootstrap(), &[&target, "--qps=20"]).await;
+    wait_for_peers(&mut client, &names([&backend]), Duration::from_secs(30)).await;
+    let mut grpc = tonic::client::Grpc::new(client.stats_channel());
+    grpc.ready().await.expect("the stats port");
+    let path = PathAndQuery::from_static(
+        "/envoy.service.status.v3.ClientStatusDiscoveryService/FetchClientStatus",
+    );
+    let codec = tonic_prost::ProstCodec::<ClientStatusRequest, ClientStatusResponse>::default();
+    let response = grpc
+        .unary(
+            tonic::Request::new(ClientStatusRequest::default()),
+            path,
+            codec,
+        )
+        .await
+        .expect("FetchClientStatus")
+        .into_inner();
+    let configs: Vec<_> = response
+        .config
+        .iter()
+        .flat_map(|c| &c.generic_xds_configs)
+        .collect();
+    let acked = |type_url: &str, name: &str| {
+        configs.iter().any(|c| {
+            c.type_url == type_url
+                && c.name == name
+                && c.client_status == ClientResourceStatus::Acked as i32
+        })
+    };
+    assert!(acked(type_url::LISTENER, LISTENER), "{configs:#?}");
+    assert!(acked(type_url::CLUSTER, "c"), "{configs:#?}");
+}
