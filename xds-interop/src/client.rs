@@ -34,6 +34,7 @@ pub const CLIENT_FLAGS: &[&str] = &[
     "fail_on_failed_rpcs",
     "print_response",
     "secure_mode",
+    "listen_host",
 ];
 
 /// The client's command line.
@@ -47,6 +48,9 @@ pub struct ClientFlags {
     pub qps: u32,
     /// `--stats_port`.
     pub stats_port: u16,
+    /// `--listen_host`, this client's own flag: the address the stats port listens
+    /// on (every address by default, as gRPC's clients).
+    pub listen_host: std::net::IpAddr,
     /// `--fail_on_failed_rpcs`: exit 1 at a failed RPC once one succeeded.
     pub fail_on_failed_rpcs: bool,
     /// `--print_response`.
@@ -94,6 +98,7 @@ impl ClientFlags {
             num_channels,
             qps,
             stats_port: flags.port_or("stats_port", 8081)?,
+            listen_host: flags.get_or("listen_host", std::net::Ipv4Addr::UNSPECIFIED.into())?,
             fail_on_failed_rpcs: flags.bool_or("fail_on_failed_rpcs", false)?,
             print_response: flags.bool_or("print_response", false)?,
             rpcs: RpcConfig {

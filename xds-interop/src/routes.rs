@@ -81,8 +81,14 @@ impl Routes {
     /// returned future is dropped.
     pub async fn serve(self, listener: tokio::net::TcpListener) {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of descriptors, say: wait rather than spin.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
             };
             let _ = tcp.set_nodelay(true);
             let routes = self.clone();

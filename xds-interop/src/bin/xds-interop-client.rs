@@ -23,7 +23,7 @@ async fn main() {
         .unwrap_or_else(|e| fail(format!("xDS client: {e}")));
     let stats = Stats::default();
     let config = SharedConfig::new(flags.rpcs.clone());
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", flags.stats_port))
+    let listener = tokio::net::TcpListener::bind((flags.listen_host, flags.stats_port))
         .await
         .unwrap_or_else(|e| fail(format!("--stats_port={}: {e}", flags.stats_port)));
     let routes = Routes::new()

@@ -2,19 +2,25 @@
 //! and the health service on `--maintenance_port` (the same port by default). See
 //! the `xds_interop` crate documentation.
 
+use std::net::{IpAddr, Ipv4Addr};
+
 use xds_interop::flags::{FlagError, Flags};
 use xds_interop::routes::Routes;
 use xds_interop::server::{Identity, Serving, TestServer};
 
+/// `--listen_host` is this server's own flag (gRPC's servers listen on every address,
+/// its default): the local driver keeps its backends on 127.0.0.1.
 const FLAGS: &[&str] = &[
     "port",
     "maintenance_port",
     "server_id",
     "secure_mode",
     "host_name_override",
+    "listen_host",
 ];
 
 struct ServerFlags {
+    host: IpAddr,
     port: u16,
     maintenance_port: u16,
     identity: Identity,
@@ -35,6 +41,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<ServerFlags, FlagErro
         None => machine_hostname(),
     };
     Ok(ServerFlags {
+        host: flags.get_or("listen_host", IpAddr::from(Ipv4Addr::UNSPECIFIED))?,
         port,
         maintenance_port: flags.port_or("maintenance_port", port)?,
         identity: Identity {
@@ -53,8 +60,8 @@ fn machine_hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-async fn listen(port: u16) -> tokio::net::TcpListener {
-    match tokio::net::TcpListener::bind(("0.0.0.0", port)).await {
+async fn listen(host: IpAddr, port: u16) -> tokio::net::TcpListener {
+    match tokio::net::TcpListener::bind((host, port)).await {
         Ok(listener) => listener,
         Err(e) => {
             eprintln!("xds-interop-server: cannot listen on port {port}: {e}");
@@ -75,7 +82,7 @@ async fn main() {
     };
     let test = TestServer::new(flags.identity.clone()).service();
     let serving = Serving::default();
-    let test_listener = listen(flags.port).await;
+    let test_listener = listen(flags.host, flags.port).await;
     eprintln!(
         "xds-interop-server: {} ({}) on port {}, maintenance on {}",
         flags.identity.hostname, flags.identity.server_id, flags.port, flags.maintenance_port
@@ -86,7 +93,7 @@ async fn main() {
             .serve(test_listener)
             .await;
     } else {
-        let maintenance = listen(flags.maintenance_port).await;
+        let maintenance = listen(flags.host, flags.maintenance_port).await;
         tokio::join!(
             Routes::new().with(test).serve(test_listener),
             serving.routes(Routes::new()).serve(maintenance),

@@ -1,7 +1,7 @@
 //! The cases about routing and per-route behaviour: path_matching, header_matching,
 //! circuit_breaking, timeout and fault_injection.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::Code;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::config::route::v3 as route;
@@ -229,27 +229,31 @@ async fn circuit_breaking() {
     wait_for_in_flight(&mut client, 80, 100).await;
 }
 
-/// Waits until exactly `unary` UnaryCalls and `empty` EmptyCalls are in flight, for
-/// half a second.
+/// Waits until `unary` UnaryCalls and `empty` EmptyCalls are in flight, steadily:
+/// for half a second every reading is at most 2 above them (an RPC counted as started
+/// and not yet refused by the circuit breaker) and the least reading equals them (a
+/// limit off by one never does).
 async fn wait_for_in_flight(client: &mut InteropClient, unary: i32, empty: i32) {
-    let deadline = std::time::Instant::now() + LIMIT;
-    let mut steady_since = None;
+    let deadline = Instant::now() + LIMIT;
+    let mut steady: Option<(Instant, (i32, i32))> = None;
     loop {
         let stats = client.accumulated().await;
         let got = (
             in_flight(&stats, "UNARY_CALL"),
             in_flight(&stats, "EMPTY_CALL"),
         );
-        if got == (unary, empty) {
-            let since = *steady_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() >= Duration::from_millis(500) {
+        let near = |got: i32, limit: i32| (limit..=limit + 2).contains(&got);
+        if near(got.0, unary) && near(got.1, empty) {
+            let (since, least) = steady.get_or_insert((Instant::now(), got));
+            *least = (least.0.min(got.0), least.1.min(got.1));
+            if since.elapsed() >= Duration::from_millis(500) && *least == (unary, empty) {
                 return;
             }
         } else {
-            steady_since = None;
+            steady = None;
         }
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "in flight: {got:?}, expected ({unary}, {empty}); {stats:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -111,6 +111,7 @@ impl Backend {
         drop(self.held.take());
         let child = Command::new(env!("CARGO_BIN_EXE_xds-interop-server"))
             .arg(format!("--port={}", self.port))
+            .arg("--listen_host=127.0.0.1")
             .arg(format!("--host_name_override={}", self.name))
             .arg(format!("--server_id={}", self.name))
             .stdout(Stdio::null())
@@ -145,6 +146,7 @@ impl InteropClient {
         let port = RefusingPort::new().port();
         let child = Command::new(env!("CARGO_BIN_EXE_xds-interop-client"))
             .arg(format!("--stats_port={port}"))
+            .arg("--listen_host=127.0.0.1")
             .args(args)
             .env_remove("GRPC_XDS_BOOTSTRAP")
             .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap)
