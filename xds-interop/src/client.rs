@@ -276,11 +276,14 @@ pub async fn send_forever(sender: Sender, channel: XdsChannel, qps: u32) {
         ticks.tick().await;
         let config = sender.config.current();
         for rpc in config.types.iter().copied() {
-            let number = sender.stats.start(rpc);
             let sender = sender.clone();
             let client = TestServiceClient::new(channel.clone());
             let config = config.clone();
             tokio::spawn(async move {
+                // Numbered as the task sends it: on a busy machine spawned tasks may
+                // start out of order, and a stats block is of RPCs as the channel
+                // picked them.
+                let number = sender.stats.start(rpc);
                 let outcome = call(client, rpc, &config).await;
                 sender.report(number, rpc, outcome);
             });
