@@ -1,6 +1,6 @@
 //! The binaries themselves: bad flags end them with a message naming the flag, the
-//! server's health follows XdsUpdateHealthService, and the client serves CSDS on its
-//! stats port.
+//! server plays `rpc-behavior` and its health follows XdsUpdateHealthService, and the
+//! client serves CSDS on its stats port.
 
 use std::process::Command;
 use std::time::Duration;
@@ -15,8 +15,9 @@ use xds_adapter_tokio::xds_proto_core::resource::type_url;
 use xds_interop::pb::health::HealthCheckRequest;
 use xds_interop::pb::health::health_check_response::ServingStatus;
 use xds_interop::pb::health::health_client::HealthClient;
-use xds_interop::pb::testing::Empty;
+use xds_interop::pb::testing::test_service_client::TestServiceClient;
 use xds_interop::pb::testing::xds_update_health_service_client::XdsUpdateHealthServiceClient;
+use xds_interop::pb::testing::{Empty, SimpleRequest, SimpleResponse};
 use xds_test_server::resources::{cluster, prefix, to_cluster};
 
 use crate::support::*;
@@ -71,6 +72,87 @@ fn bad_flags_end_the_binaries_naming_the_flag() {
             "{args:?}: {stderr:?} does not say {message:?}"
         );
     }
+}
+
+/// A UnaryCall to `channel` with `rpc-behavior: behavior` and a deadline of `timeout`.
+async fn unary(
+    channel: &Channel,
+    behavior: &str,
+    timeout: Duration,
+) -> Result<tonic::Response<SimpleResponse>, tonic::Status> {
+    let mut request = tonic::Request::new(SimpleRequest::default());
+    request
+        .metadata_mut()
+        .insert("rpc-behavior", behavior.parse().expect("ASCII"));
+    request.set_timeout(timeout);
+    TestServiceClient::new(channel.clone())
+        .unary_call(request)
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_plays_rpc_behavior() {
+    let backend = Backend::start("behaving-0").await;
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{}", backend.port()))
+        .expect("an endpoint")
+        .connect()
+        .await
+        .expect("the backend");
+    let second = Duration::from_secs(5);
+    let ok = unary(&channel, "", second).await.expect("no behavior");
+    assert_eq!(
+        ok.metadata().get("hostname").map(|v| v.to_str().ok()),
+        Some(Some("behaving-0"))
+    );
+    let reply = ok.into_inner();
+    assert_eq!(
+        (reply.hostname.as_str(), reply.server_id.as_str()),
+        ("behaving-0", "behaving-0")
+    );
+    let failed = unary(&channel, "error-code-5", second)
+        .await
+        .expect_err("error-code");
+    assert_eq!(failed.code(), tonic::Code::NotFound);
+    assert!(failed.metadata().get("hostname").is_some(), "{failed:?}");
+    unary(&channel, "hostname=other error-code-5", second)
+        .await
+        .expect("another host's behavior");
+    let start = std::time::Instant::now();
+    unary(&channel, "sleep-0.3", second).await.expect("sleep");
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+    // Never answered: tonic's own channel ends it at the deadline (as CANCELLED
+    // "Timeout expired", where the server would have said DEADLINE_EXCEEDED).
+    let start = std::time::Instant::now();
+    let open = unary(&channel, "keep-open", Duration::from_millis(300))
+        .await
+        .expect_err("open");
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(
+            open.code(),
+            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+        ),
+        "{open:?}"
+    );
+    let bad = unary(&channel, "jump", second).await.expect_err("unknown");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+    let mut unknown = tonic::client::Grpc::new(channel.clone());
+    unknown.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<Empty, Empty>::default();
+    let path = PathAndQuery::from_static("/grpc.testing.UnimplementedService/UnimplementedCall");
+    let status = unknown
+        .unary(tonic::Request::new(Empty {}), path, codec)
+        .await
+        .expect_err("unknown");
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
