@@ -1,6 +1,6 @@
 //! The binaries themselves: bad flags end them with a message naming the flag, the
 //! server plays `rpc-behavior` and its health follows XdsUpdateHealthService, and the
-//! client serves CSDS on its stats port.
+//! client sends `--qps` per channel and serves CSDS on its stats port.
 
 use std::process::Command;
 use std::time::Duration;
@@ -183,7 +183,7 @@ async fn the_server_health_follows_xds_update_health_service() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_client_serves_csds_on_its_stats_port() {
+async fn the_client_sends_qps_per_channel_and_serves_csds_on_its_stats_port() {
     let plane = ControlPlane::start();
     let backend = Backend::start("csds-0").await;
     plane.set(
@@ -192,8 +192,19 @@ async fn the_client_serves_csds_on_its_stats_port() {
         vec![to_cluster(prefix(""), "c")],
     );
     let target = format!("--server={TARGET}");
-    let mut client = InteropClient::start(&plane.bootstrap(), &[&target, "--qps=20"]).await;
+    let args = [target.as_str(), "--qps=20", "--num_channels=2"];
+    let mut client = InteropClient::start(&plane.bootstrap(), &args).await;
     wait_for_peers(&mut client, &names([&backend]), Duration::from_secs(30)).await;
+    // 20 a second on each of the two channels.
+    let (ok, all) = count(
+        &window(&mut client, Duration::from_secs(2)).await,
+        "UNARY_CALL",
+        tonic::Code::Ok,
+    );
+    assert!(
+        ok == all && (60..=100).contains(&all),
+        "{ok} of {all} RPCs OK in 2 s, expected about 80"
+    );
     let mut grpc = tonic::client::Grpc::new(client.stats_channel());
     grpc.ready().await.expect("the stats port");
     let path = PathAndQuery::from_static(
