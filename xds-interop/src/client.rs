@@ -31,6 +31,7 @@ pub const CLIENT_FLAGS: &[&str] = &[
     "metadata",
     "rpc_timeout_sec",
     "stats_port",
+    "fail_on_failed_rpc",
     "fail_on_failed_rpcs",
     "print_response",
     "secure_mode",
@@ -51,7 +52,9 @@ pub struct ClientFlags {
     /// `--listen_host`, this client's own flag: the address the stats port listens
     /// on (every address by default, as gRPC's clients).
     pub listen_host: std::net::IpAddr,
-    /// `--fail_on_failed_rpcs`: exit 1 at a failed RPC once one succeeded.
+    /// `--fail_on_failed_rpc` (gRPC-Go's, grpc-java's and C++'s spelling, which gRPC's
+    /// driver passes) or `--fail_on_failed_rpcs`: exit 1 at a failed RPC once one
+    /// succeeded.
     pub fail_on_failed_rpcs: bool,
     /// `--print_response`.
     pub print_response: bool,
@@ -99,7 +102,8 @@ impl ClientFlags {
             qps,
             stats_port: flags.port_or("stats_port", 8081)?,
             listen_host: flags.get_or("listen_host", std::net::Ipv4Addr::UNSPECIFIED.into())?,
-            fail_on_failed_rpcs: flags.bool_or("fail_on_failed_rpcs", false)?,
+            fail_on_failed_rpcs: flags.bool_or("fail_on_failed_rpc", false)?
+                || flags.bool_or("fail_on_failed_rpcs", false)?,
             print_response: flags.bool_or("print_response", false)?,
             rpcs: RpcConfig {
                 types,
@@ -392,6 +396,16 @@ mod tests {
             Some("empty_ytpme")
         );
         assert!(map.get("xds_md_numeric").is_none());
+    }
+
+    #[test]
+    fn fail_on_failed_rpc_in_either_spelling() {
+        let fail = |args: &[&str]| parse(args).expect("valid").fail_on_failed_rpcs;
+        assert!(!fail(&["--server=xds:///a"]));
+        // gRPC's driver and gRPC-Go's client spell it without the s.
+        assert!(fail(&["--server=xds:///a", "--fail_on_failed_rpc=true"]));
+        assert!(fail(&["--server=xds:///a", "--fail_on_failed_rpcs=true"]));
+        assert!(!fail(&["--server=xds:///a", "--fail_on_failed_rpc=false"]));
     }
 
     #[test]

@@ -193,7 +193,7 @@ async fn the_client_sends_qps_per_channel_and_serves_csds_on_its_stats_port() {
     );
     let target = format!("--server={TARGET}");
     let args = [target.as_str(), "--qps=20", "--num_channels=2"];
-    let mut client = InteropClient::start(&plane.bootstrap(), &args).await;
+    let mut client = InteropClient::start(&ClientBinary::Ours, &plane.bootstrap(), &args).await;
     wait_for_peers(&mut client, &names([&backend]), Duration::from_secs(30)).await;
     // 20 a second on each of the two channels.
     let (ok, all) = count(

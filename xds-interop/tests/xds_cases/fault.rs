@@ -129,10 +129,8 @@ fn about_half(w: &Window, code: Code) -> bool {
         && (0.35..=0.65).contains(&(f64::from(with) / f64::from(total)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the fault injection filter (issue 22)"]
-async fn fault_injection() {
-    let _timer = Timer::start("fault_injection");
+pub async fn fault_injection(binary: ClientBinary) {
+    let _timer = Timer::start("fault_injection", &binary);
     let plane = ControlPlane::start();
     let fault_filter = hcm::HttpFilter {
         name: FAULT_FILTER.to_string(),
@@ -152,6 +150,7 @@ async fn fault_injection() {
         fault_routes(),
     );
     let mut client = InteropClient::start(
+        &binary,
         &plane.bootstrap(),
         &[&format!("--server={TARGET}"), "--qps=50"],
     )

@@ -3,30 +3,78 @@
 //! change_backend_service and traffic_splitting.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::*;
 use xds_test_server::resources::{
-    Host, Locality, cluster, endpoints_with, forward, prefix, to_cluster, weighted_action,
+    Host, Locality, SERVER_LISTENER_TEMPLATE, cluster, endpoints_with, forward, listener, prefix,
+    serving_listener, to_cluster, weighted_action,
 };
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// 4 backends in one locality behind cluster `c`, and a client at `qps`.
+/// Which backends a case runs.
+pub enum Servers {
+    /// `xds-interop-server`.
+    Ours,
+    /// gRPC-Go's interop server, plain.
+    GrpcGo(PathBuf),
+    /// gRPC-Go's interop server, xDS-enabled (`--secure_mode=true`), each served a
+    /// Listener for its address that serves every RPC in plaintext.
+    GrpcGoXds(PathBuf),
+}
+
+impl Servers {
+    /// Their part of a case's name.
+    fn label(&self) -> &'static str {
+        match self {
+            Servers::Ours => "",
+            Servers::GrpcGo(_) => " on grpc-go servers",
+            Servers::GrpcGoXds(_) => " on grpc-go xDS servers",
+        }
+    }
+}
+
+/// 4 backends in one locality behind cluster `c`, and `binary` at `qps`.
 async fn four_backends(
+    binary: &ClientBinary,
+    servers: &Servers,
     qps: &str,
     fail_on_failed_rpcs: bool,
 ) -> (ControlPlane, Vec<Backend>, InteropClient) {
     let plane = ControlPlane::start();
-    let backends = start_backends("backend", 4).await;
+    let server = match servers {
+        Servers::Ours => ServerBinary::Ours,
+        Servers::GrpcGo(path) => ServerBinary::GrpcGo(path.clone()),
+        Servers::GrpcGoXds(path) => ServerBinary::GrpcGoXds {
+            binary: path.clone(),
+            bootstrap: plane.server_bootstrap(SERVER_LISTENER_TEMPLATE),
+        },
+    };
+    let mut backends = Vec::new();
+    for i in 0..4 {
+        backends.push(Backend::start_binary(&format!("backend-{i}"), server.clone()).await);
+    }
+    if let Servers::GrpcGoXds(_) = servers {
+        // gRPC-Go's server listens on every IPv4 address: its Listener is named
+        // after 0.0.0.0:port and has that address.
+        let mut listeners = vec![listener(LISTENER, ROUTES)];
+        listeners.extend(backends.iter().map(|b| {
+            let port = u16::try_from(b.port()).expect("a port");
+            serving_listener(SERVER_LISTENER_TEMPLATE, ([0, 0, 0, 0], port).into())
+        }));
+        plane.set_listeners(listeners);
+    }
     let all: Vec<&Backend> = backends.iter().collect();
     plane.set(
         vec![cluster("c")],
         vec![assignment("c", &all)],
         vec![to_cluster(prefix(""), "c")],
     );
-    let fail = format!("--fail_on_failed_rpcs={fail_on_failed_rpcs}");
+    let fail = format!("--fail_on_failed_rpc={fail_on_failed_rpcs}");
     let client = InteropClient::start(
+        binary,
         &plane.bootstrap(),
         &[&format!("--server={TARGET}"), qps, &fail],
     )
@@ -34,18 +82,26 @@ async fn four_backends(
     (plane, backends, client)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ping_pong() {
-    let _timer = Timer::start("ping_pong");
-    let (_plane, backends, mut client) = four_backends("--qps=100", true).await;
+pub async fn ping_pong(binary: ClientBinary) {
+    ping_pong_on(binary, Servers::Ours).await;
+}
+
+/// ping_pong with these backends.
+pub async fn ping_pong_on(binary: ClientBinary, servers: Servers) {
+    let _timer = Timer::start(&format!("ping_pong{}", servers.label()), &binary);
+    let (_plane, backends, mut client) = four_backends(&binary, &servers, "--qps=100", true).await;
     wait_for_peers(&mut client, &names(&backends), LIMIT).await;
     client.assert_running();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn round_robin() {
-    let _timer = Timer::start("round_robin");
-    let (_plane, backends, mut client) = four_backends("--qps=100", true).await;
+pub async fn round_robin(binary: ClientBinary) {
+    round_robin_on(binary, Servers::Ours).await;
+}
+
+/// round_robin with these backends.
+pub async fn round_robin_on(binary: ClientBinary, servers: Servers) {
+    let _timer = Timer::start(&format!("round_robin{}", servers.label()), &binary);
+    let (_plane, backends, mut client) = four_backends(&binary, &servers, "--qps=100", true).await;
     wait_for_peers(&mut client, &names(&backends), LIMIT).await;
     let stats = client.stats(100, Duration::from_secs(10)).await;
     assert_eq!(stats.num_failures, 0, "{stats:?}");
@@ -61,10 +117,10 @@ async fn round_robin() {
     client.assert_running();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backends_restart() {
-    let _timer = Timer::start("backends_restart");
-    let (_plane, mut backends, mut client) = four_backends("--qps=100", false).await;
+pub async fn backends_restart(binary: ClientBinary) {
+    let _timer = Timer::start("backends_restart", &binary);
+    let (_plane, mut backends, mut client) =
+        four_backends(&binary, &Servers::Ours, "--qps=100", false).await;
     let all = names(&backends);
     wait_for_only(&mut client, &all, 50, LIMIT).await;
     let before = distribution(&client.stats(100, Duration::from_secs(10)).await);
@@ -102,9 +158,11 @@ fn distribution(stats: &xds_interop::pb::testing::LoadBalancerStatsResponse) -> 
     counts
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn secondary_locality_gets_requests_on_primary_failure() {
-    let _timer = Timer::start("secondary_locality_gets_requests_on_primary_failure");
+pub async fn secondary_locality_gets_requests_on_primary_failure(binary: ClientBinary) {
+    let _timer = Timer::start(
+        "secondary_locality_gets_requests_on_primary_failure",
+        &binary,
+    );
     let plane = ControlPlane::start();
     let mut primary = start_backends("primary", 2).await;
     let secondary = start_backends("secondary", 2).await;
@@ -122,6 +180,7 @@ async fn secondary_locality_gets_requests_on_primary_failure() {
         vec![to_cluster(prefix(""), "c")],
     );
     let mut client = InteropClient::start(
+        &binary,
         &plane.bootstrap(),
         &[&format!("--server={TARGET}"), "--qps=100"],
     )
@@ -138,9 +197,8 @@ async fn secondary_locality_gets_requests_on_primary_failure() {
     wait_for_only(&mut client, &p, 50, LIMIT).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn change_backend_service() {
-    let _timer = Timer::start("change_backend_service");
+pub async fn change_backend_service(binary: ClientBinary) {
+    let _timer = Timer::start("change_backend_service", &binary);
     let plane = ControlPlane::start();
     let old = start_backends("old", 2).await;
     let new = start_backends("new", 2).await;
@@ -152,6 +210,7 @@ async fn change_backend_service() {
         vec![to_cluster(prefix(""), "c1")],
     );
     let mut client = InteropClient::start(
+        &binary,
         &plane.bootstrap(),
         &[&format!("--server={TARGET}"), "--qps=100"],
     )
@@ -165,9 +224,8 @@ async fn change_backend_service() {
     wait_for_only(&mut client, &names(&new), 100, LIMIT).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn traffic_splitting() {
-    let _timer = Timer::start("traffic_splitting");
+pub async fn traffic_splitting(binary: ClientBinary) {
+    let _timer = Timer::start("traffic_splitting", &binary);
     let plane = ControlPlane::start();
     let a = Backend::start("a-0").await;
     let b = Backend::start("b-0").await;
@@ -177,6 +235,7 @@ async fn traffic_splitting() {
         vec![to_cluster(prefix(""), "a")],
     );
     let mut client = InteropClient::start(
+        &binary,
         &plane.bootstrap(),
         &[&format!("--server={TARGET}"), "--qps=250"],
     )

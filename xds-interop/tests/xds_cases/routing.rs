@@ -25,7 +25,7 @@ struct TwoClusters {
 }
 
 impl TwoClusters {
-    async fn start(routes: Vec<route::Route>, args: &[&str]) -> TwoClusters {
+    async fn start(binary: &ClientBinary, routes: Vec<route::Route>, args: &[&str]) -> TwoClusters {
         let plane = ControlPlane::start();
         let default = Backend::start("default-0").await;
         let c2 = Backend::start("c2-0").await;
@@ -40,7 +40,7 @@ impl TwoClusters {
         ];
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let client = InteropClient::start(&plane.bootstrap(), &all).await;
+        let client = InteropClient::start(binary, &plane.bootstrap(), &all).await;
         TwoClusters {
             plane,
             _backends: [default, c2],
@@ -79,10 +79,14 @@ fn to_c2(m: route::RouteMatch) -> route::Route {
     to_cluster(m, "c2")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn path_matching() {
-    let _timer = Timer::start("path_matching");
-    let mut mesh = TwoClusters::start(vec![to_cluster(prefix(""), "default")], &["--qps=50"]).await;
+pub async fn path_matching(binary: ClientBinary) {
+    let _timer = Timer::start("path_matching", &binary);
+    let mut mesh = TwoClusters::start(
+        &binary,
+        vec![to_cluster(prefix(""), "default")],
+        &["--qps=50"],
+    )
+    .await;
     mesh.expect("all to default", vec![], "default-0", "default-0")
         .await;
     mesh.expect(
@@ -129,13 +133,13 @@ async fn path_matching() {
 }
 
 #[allow(deprecated)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn header_matching() {
+pub async fn header_matching(binary: ClientBinary) {
     use route::header_matcher::HeaderMatchSpecifier as Spec;
-    let _timer = Timer::start("header_matching");
+    let _timer = Timer::start("header_matching", &binary);
     let metadata = "--metadata=EmptyCall:xds_md:empty_ytpme,UnaryCall:xds_md:unary_yranu,\
                     UnaryCall:xds_md_numeric:159";
     let mut mesh = TwoClusters::start(
+        &binary,
         vec![to_cluster(prefix(""), "default")],
         &["--qps=50", metadata],
     )
@@ -196,9 +200,8 @@ async fn header_matching() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn circuit_breaking() {
-    let _timer = Timer::start("circuit_breaking");
+pub async fn circuit_breaking(binary: ClientBinary) {
+    let _timer = Timer::start("circuit_breaking", &binary);
     let plane = ControlPlane::start();
     let b1 = Backend::start("c1-0").await;
     let b2 = Backend::start("c2-0").await;
@@ -219,7 +222,7 @@ async fn circuit_breaking() {
         "--rpc_timeout_sec=120".into(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut client = InteropClient::start(&plane.bootstrap(), &args).await;
+    let mut client = InteropClient::start(&binary, &plane.bootstrap(), &args).await;
     wait_for_in_flight(&mut client, 50, 100).await;
     plane.set(
         vec![cluster_with("c1", 80), cluster_with("c2", 100)],
@@ -279,9 +282,8 @@ fn configure(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timeout() {
-    let _timer = Timer::start("timeout");
+pub async fn timeout(binary: ClientBinary) {
+    let _timer = Timer::start("timeout", &binary);
     // The description's times scaled down, in the same order: an application timeout
     // of 1 s (the least a ClientConfigureRequest can set) < a sleep of 1.2 s (the
     // server's decimal extension) < the route's max_stream_duration of 1.5 s < a sleep
@@ -297,6 +299,7 @@ async fn timeout() {
         vec![forward(path(UNARY), limited), to_cluster(prefix(""), "c")],
     );
     let mut client = InteropClient::start(
+        &binary,
         &plane.bootstrap(),
         &[&format!("--server={TARGET}"), "--qps=20"],
     )

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod grpc_go;
 pub mod processes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +20,7 @@ use xds_interop::pb::testing::load_balancer_accumulated_stats_response::MethodSt
 use xds_test_server::LoopbackServer;
 use xds_test_server::resources::{endpoints, listener, rc_any, routes_config};
 
-pub use processes::{Backend, InteropClient};
+pub use processes::{Backend, ClientBinary, InteropClient, ServerBinary};
 
 /// The client's target.
 pub const TARGET: &str = "xds:///interop.test";
@@ -55,14 +56,30 @@ impl ControlPlane {
         self.server.bootstrap_json("xds-interop-driver", None)
     }
 
+    /// An xDS-enabled server's bootstrap: the client's with
+    /// `server_listener_resource_name_template` (gRFC A36) set to `template`.
+    pub fn server_bootstrap(&self, template: &str) -> String {
+        let client = self.server.bootstrap_json("xds-interop-server", None);
+        let open = client.find('{').expect("a JSON object");
+        format!(
+            "{{\"server_listener_resource_name_template\": \"{template}\", {}",
+            &client[open + 1..]
+        )
+    }
+
     fn next_version(&self) -> String {
         (self.version.fetch_add(1, Ordering::Relaxed) + 1).to_string()
     }
 
     /// Replaces the listener.
     pub fn set_listener(&self, listener: Any) {
+        self.set_listeners(vec![listener]);
+    }
+
+    /// Replaces the listeners: the client's and xDS-enabled servers'.
+    pub fn set_listeners(&self, listeners: Vec<Any>) {
         self.server
-            .set_resources(type_url::LISTENER, &self.next_version(), vec![listener]);
+            .set_resources(type_url::LISTENER, &self.next_version(), listeners);
     }
 
     /// Replaces the clusters and endpoints, then the routes (so that a route never
@@ -221,12 +238,12 @@ pub fn in_flight(
 }
 
 /// Prints a case's wall time when it ends (shown with `--nocapture`).
-pub struct Timer(&'static str, Instant);
+pub struct Timer(String, Instant);
 
 impl Timer {
-    /// Starts timing `case`.
-    pub fn start(case: &'static str) -> Timer {
-        Timer(case, Instant::now())
+    /// Starts timing `case` run by `client`.
+    pub fn start(case: &str, client: &ClientBinary) -> Timer {
+        Timer(format!("{case} ({})", client.label()), Instant::now())
     }
 }
 

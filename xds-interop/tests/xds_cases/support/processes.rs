@@ -1,8 +1,10 @@
-//! The interop binaries as child processes: backends (`xds-interop-server`) that stop
-//! and restart on the same port, and the client (`xds-interop-client`) with clients of
-//! its stats port.
+//! The interop binaries as child processes: backends (`xds-interop-server`, or
+//! gRPC-Go's) that stop and restart on the same port, and the client
+//! (`xds-interop-client`, or gRPC-Go's: [`ClientBinary`]) with clients of its stats
+//! port.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -47,13 +49,17 @@ impl Drop for Killed {
     }
 }
 
-/// Waits until something accepts connections on 127.0.0.1:`port`.
-async fn wait_listening(port: u16, what: &str) {
+/// Waits until something accepts connections on 127.0.0.1:`port`, `child` running
+/// (a bad flag ends it at once).
+async fn wait_listening(port: u16, what: &str, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .is_err()
     {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on port {port}: {status}");
+        }
         assert!(
             Instant::now() < deadline,
             "{what} does not listen on port {port}"
@@ -62,22 +68,46 @@ async fn wait_listening(port: u16, what: &str) {
     }
 }
 
-/// One `xds-interop-server`, whose hostname (`--host_name_override`) is its name.
+/// Which interop server a [`Backend`] runs.
+#[derive(Clone, Debug)]
+pub enum ServerBinary {
+    /// `xds-interop-server`.
+    Ours,
+    /// gRPC-Go's, plain (`--secure_mode=false`).
+    GrpcGo(PathBuf),
+    /// gRPC-Go's as an xDS-enabled server (`--secure_mode=true`): it fetches its
+    /// Listener from the control plane of this bootstrap, and serves its maintenance
+    /// services on a second port.
+    GrpcGoXds { binary: PathBuf, bootstrap: String },
+}
+
+/// One interop server, whose hostname (`--host_name_override`) is its name.
 pub struct Backend {
     name: String,
+    binary: ServerBinary,
     port: u16,
+    /// gRPC-Go's xDS-enabled server's `--maintenance_port`.
+    maintenance: Option<RefusingPort>,
     child: Option<Child>,
     /// While stopped, its port, kept from other tests.
     held: Option<RefusingPort>,
 }
 
 impl Backend {
-    /// Starts a backend named `name` on a free port.
+    /// Starts an `xds-interop-server` named `name` on a free port.
     pub async fn start(name: &str) -> Backend {
+        Backend::start_binary(name, ServerBinary::Ours).await
+    }
+
+    /// Starts `binary` named `name` on a free port.
+    pub async fn start_binary(name: &str, binary: ServerBinary) -> Backend {
         let held = RefusingPort::new();
+        let maintenance = matches!(binary, ServerBinary::GrpcGoXds { .. }).then(RefusingPort::new);
         let mut backend = Backend {
             name: name.to_string(),
+            binary,
             port: held.port(),
+            maintenance,
             child: None,
             held: Some(held),
         };
@@ -109,17 +139,35 @@ impl Backend {
     pub async fn resume(&mut self) {
         assert!(self.child.is_none(), "{} runs already", self.name);
         drop(self.held.take());
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-interop-server"))
+        let mut command = match &self.binary {
+            ServerBinary::Ours => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_xds-interop-server"));
+                command.arg("--listen_host=127.0.0.1");
+                command
+            }
+            // gRPC-Go's server has no such flag: it listens on every IPv4 address.
+            ServerBinary::GrpcGo(binary) => Command::new(binary),
+            ServerBinary::GrpcGoXds { binary, bootstrap } => {
+                let maintenance = self.maintenance.as_ref().expect("a maintenance port");
+                let mut command = Command::new(binary);
+                command
+                    .arg("--secure_mode=true")
+                    .arg(format!("--maintenance_port={}", maintenance.port()))
+                    .env_remove("GRPC_XDS_BOOTSTRAP")
+                    .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap);
+                command
+            }
+        };
+        let child = command
             .arg(format!("--port={}", self.port))
-            .arg("--listen_host=127.0.0.1")
             .arg(format!("--host_name_override={}", self.name))
             .arg(format!("--server_id={}", self.name))
             .stdout(Stdio::null())
             .stderr(child_stderr())
             .spawn()
-            .expect("xds-interop-server starts");
-        self.child = Some(child);
-        wait_listening(self.port, &self.name).await;
+            .expect("the interop server starts");
+        let child = self.child.insert(child);
+        wait_listening(self.port, &self.name, child).await;
     }
 }
 
@@ -131,7 +179,50 @@ impl Drop for Backend {
     }
 }
 
-/// One `xds-interop-client` and clients of its stats port.
+/// Which interop client a case runs.
+#[derive(Clone, Debug)]
+pub enum ClientBinary {
+    /// `xds-interop-client`.
+    Ours,
+    /// gRPC-Go's (`google.golang.org/grpc/interop/xds/client`).
+    GrpcGo(PathBuf),
+}
+
+impl ClientBinary {
+    /// Its name in a case's name.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ClientBinary::Ours => "xds-interop-client",
+            ClientBinary::GrpcGo(_) => "grpc-go client",
+        }
+    }
+
+    /// Its command with `args`, written as the test descriptions and our client spell
+    /// them, in its own spelling: gRPC-Go's client takes `--rpc_timeout` as a Go
+    /// duration rather than `--rpc_timeout_sec`, and has no `--listen_host` (its stats
+    /// port listens on every address).
+    fn command(&self, args: &[&str]) -> Command {
+        match self {
+            ClientBinary::Ours => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_xds-interop-client"));
+                command.arg("--listen_host=127.0.0.1").args(args);
+                command
+            }
+            ClientBinary::GrpcGo(binary) => {
+                let mut command = Command::new(binary);
+                for arg in args {
+                    match arg.strip_prefix("--rpc_timeout_sec=") {
+                        Some(seconds) => command.arg(format!("--rpc_timeout={seconds}s")),
+                        None => command.arg(arg),
+                    };
+                }
+                command
+            }
+        }
+    }
+}
+
+/// One interop client and clients of its stats port.
 pub struct InteropClient {
     child: Child,
     channel: Channel,
@@ -140,22 +231,26 @@ pub struct InteropClient {
 }
 
 impl InteropClient {
-    /// Starts the client with `bootstrap` (in `GRPC_XDS_BOOTSTRAP_CONFIG`) and `args`
+    /// Starts `binary` with `bootstrap` (in `GRPC_XDS_BOOTSTRAP_CONFIG`) and `args`
     /// besides `--stats_port`.
-    pub async fn start(bootstrap: &str, args: &[&str]) -> InteropClient {
+    pub async fn start(binary: &ClientBinary, bootstrap: &str, args: &[&str]) -> InteropClient {
         let port = RefusingPort::new().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-interop-client"))
+        let child = binary
+            .command(args)
             .arg(format!("--stats_port={port}"))
-            .arg("--listen_host=127.0.0.1")
-            .args(args)
             .env_remove("GRPC_XDS_BOOTSTRAP")
             .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap)
             .stdout(Stdio::null())
             .stderr(child_stderr())
             .spawn()
-            .expect("xds-interop-client starts");
+            .expect("the interop client starts");
         let mut child = Killed(Some(child));
-        wait_listening(port, "xds-interop-client's stats port").await;
+        wait_listening(
+            port,
+            "the interop client",
+            child.0.as_mut().expect("not taken"),
+        )
+        .await;
         let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
             .expect("an endpoint")
             .connect()
@@ -209,7 +304,7 @@ impl InteropClient {
     /// failed RPC).
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("xds-interop-client exited: {status}");
+            panic!("the interop client exited: {status}");
         }
     }
 }
