@@ -8,7 +8,7 @@
 #    tests, the examples (built; custom_loop and xds_channel then run), and the
 #    deterministic simulation over a bounded number of seeds (XDS_SIM_SEEDS, default in
 #    tests/tests/simulation.rs), and gRPC's xDS interop cases against the xds-interop
-#    binaries (xds-interop/tests/xds_cases, about 30 s).
+#    binaries and gRPC-Go's (xds-interop/tests/xds_cases, about 40 s).
 # 3. A fuzz smoke test: installs cargo-fuzz if it is missing, builds every target in fuzz/
 #    once, and runs each for FUZZ_SECONDS (default 60) on stable (`--sanitizer none`),
 #    starting from the committed seeds.

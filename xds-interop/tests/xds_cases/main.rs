@@ -1,14 +1,14 @@
 //! The driver: gRPC's xDS interop test cases (`doc/xds-test-descriptions.md`, and
 //! psm-interop's fault injection test) run against `xds-interop-server` backends and
 //! an interop client, both as processes, on the loopback control plane of
-//! `xds-test-server`. Each case runs twice, with `xds-interop-client` (`ours::`) and
-//! with gRPC-Go's own interop client (`grpc_go::`, skipped without its build, see
-//! `support/grpc_go.rs`): a case gRPC-Go's client passes asserts what gRPC's binaries
-//! do, and ours must pass it too. `grpc_go_server` runs ours against gRPC-Go's interop
-//! server as backends, plain and xDS-enabled. Each case starts its own control plane,
-//! backends and client on free ports, so the cases run in parallel; they assert what
-//! the description asserts through the client's LoadBalancerStatsService, polling it
-//! rather than sleeping. The times of the timeout and fault injection cases are scaled
+//! `xds-test-server`. Each case runs with `xds-interop-client` and, in parallel, with
+//! gRPC-Go's own interop client (skipped without its build, see `support/grpc_go.rs`):
+//! a case gRPC-Go's client passes asserts what gRPC's binaries do, and ours must pass
+//! it too. `grpc_go_server` runs ours against gRPC-Go's interop server as backends,
+//! plain and xDS-enabled. Each case starts its own control plane, backends and client
+//! on free ports, so the cases run in parallel; they assert what the description
+//! asserts through the client's LoadBalancerStatsService, polling it rather than
+//! sleeping. The times of the timeout and fault injection cases are scaled
 //! down, their order kept. `--nocapture` prints each case's wall time;
 //! `XDS_INTEROP_LOGS=1` shows the processes' stderr (with `RUST_LOG` for their traces).
 
@@ -19,42 +19,17 @@ mod lb;
 mod routing;
 mod support;
 
-/// A test per case in `ours` and in `grpc_go`, each running the case's function with
-/// that client.
+/// A test per case, running it with `xds-interop-client` and gRPC-Go's client in
+/// parallel ([`support::both`]).
 macro_rules! cases {
     ($($module:ident::$case:ident),* $(,)?) => {
-        mod ours {
+        $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "needs the fault injection filter (issue 22)"]
-            async fn fault_injection() {
-                crate::fault::fault_injection(crate::support::ClientBinary::Ours).await;
+            async fn $case() {
+                support::both::run_case(stringify!($case), support::both::BOTH, $module::$case)
+                    .await;
             }
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    crate::$module::$case(crate::support::ClientBinary::Ours).await;
-                }
-            )*
-        }
-        mod grpc_go {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let name = concat!(stringify!($module), "::", stringify!($case));
-                    if let Some(go) = crate::support::grpc_go::binaries_or_skip(name) {
-                        crate::$module::$case(crate::support::ClientBinary::GrpcGo(go.client)).await;
-                    }
-                }
-            )*
-            // gRPC-Go has the fault filter: its client passing the case checks the
-            // case that ours runs once our filter lands.
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn fault_injection() {
-                if let Some(go) = crate::support::grpc_go::binaries_or_skip("fault_injection") {
-                    crate::fault::fault_injection(crate::support::ClientBinary::GrpcGo(go.client)).await;
-                }
-            }
-        }
+        )*
     };
 }
 
@@ -70,3 +45,18 @@ cases!(
     routing::circuit_breaking,
     routing::timeout,
 );
+
+/// gRPC-Go has the fault filter: its client passing the case checks the case that
+/// ours runs once our filter lands ([`fault_injection_with_ours`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection() {
+    use support::both::{Which, run_case};
+    run_case("fault_injection", &[Which::GrpcGo], fault::fault_injection).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the fault injection filter (issue 22)"]
+async fn fault_injection_with_ours() {
+    use support::both::{Which, run_case};
+    run_case("fault_injection", &[Which::Ours], fault::fault_injection).await;
+}

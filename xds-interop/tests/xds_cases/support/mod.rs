@@ -1,10 +1,12 @@
 //! The driver's parts: the loopback control plane serving one target
-//! ([`ControlPlane`]), the interop binaries as processes ([`processes`]), and the
+//! ([`ControlPlane`]), the interop binaries as processes ([`processes`]), ours and
+//! gRPC-Go's ([`grpc_go`]), a case run with both clients ([`both`]), and the
 //! waits gRPC's driver does on the client's stats ([`wait_for_peers`] and friends),
 //! polled rather than slept.
 
 #![allow(dead_code)]
 
+pub mod both;
 pub mod grpc_go;
 pub mod processes;
 
