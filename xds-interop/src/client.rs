@@ -58,6 +58,9 @@ pub struct ClientFlags {
     pub fail_on_failed_rpcs: bool,
     /// `--print_response`.
     pub print_response: bool,
+    /// `--secure_mode`: xDS credentials (gRFC A29: TLS as the cluster's
+    /// UpstreamTlsContext says, plaintext without one).
+    pub secure_mode: bool,
     /// `--rpc`, `--metadata`, `--rpc_timeout_sec`.
     pub rpcs: RpcConfig,
 }
@@ -74,12 +77,6 @@ impl ClientFlags {
             return Err(FlagError::new(
                 "server",
                 format!("{server:?}: this client only dials xds: targets"),
-            ));
-        }
-        if flags.bool_or("secure_mode", false)? {
-            return Err(FlagError::new(
-                "secure_mode",
-                "xDS credentials are not wired into this client yet",
             ));
         }
         let num_channels: u32 = flags.get_or("num_channels", 1)?;
@@ -105,6 +102,7 @@ impl ClientFlags {
             fail_on_failed_rpcs: flags.bool_or("fail_on_failed_rpc", false)?
                 || flags.bool_or("fail_on_failed_rpcs", false)?,
             print_response: flags.bool_or("print_response", false)?,
+            secure_mode: flags.bool_or("secure_mode", false)?,
             rpcs: RpcConfig {
                 types,
                 metadata,
@@ -433,10 +431,15 @@ mod tests {
             "qps"
         );
         assert_eq!(
-            parse(&["--server=xds:///a", "--secure_mode=true"])
+            parse(&["--server=xds:///a", "--secure_mode=maybe"])
                 .expect_err("tls")
                 .flag,
             "secure_mode"
+        );
+        assert!(
+            parse(&["--server=xds:///a", "--secure_mode=true"])
+                .expect("xDS credentials")
+                .secure_mode
         );
     }
 }

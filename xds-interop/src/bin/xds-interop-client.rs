@@ -3,7 +3,9 @@
 //! LoadBalancerStatsService, XdsUpdateClientConfigureService and CSDS on
 //! `--stats_port`. See the `xds_interop` crate documentation.
 
-use xds_adapter_tokio::{ClientPool, CsdsService, XdsChannel, load_bootstrap_from_env};
+use xds_adapter_tokio::{
+    ClientPool, CsdsService, FallbackCredentials, XdsChannel, load_bootstrap_from_env,
+};
 use xds_interop::client::{ClientFlags, Sender, SharedConfig, send_forever};
 use xds_interop::routes::Routes;
 use xds_interop::stats::Stats;
@@ -40,8 +42,12 @@ async fn main() {
     };
     let mut channels = tokio::task::JoinSet::new();
     for _ in 0..flags.num_channels {
-        let channel = XdsChannel::builder(&flags.server)
-            .pool(&pool)
+        let mut builder = XdsChannel::builder(&flags.server).pool(&pool);
+        if flags.secure_mode {
+            // As gRPC's clients: xDS credentials with a plaintext fallback.
+            builder = builder.xds_credentials(FallbackCredentials::Insecure);
+        }
+        let channel = builder
             .build()
             .unwrap_or_else(|e| fail(format!("--server={}: {e}", flags.server)));
         channels.spawn(send_forever(sender.clone(), channel, flags.qps));

@@ -7,10 +7,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::*;
+use xds_adapter_tokio::xds_proto_core::pb::google::protobuf::Any;
+use xds_adapter_tokio::xds_proto_core::resource::type_url;
 use xds_test_server::resources::{
-    Host, Locality, SERVER_LISTENER_TEMPLATE, cluster, endpoints_with, forward, listener, prefix,
-    serving_listener, to_cluster, weighted_action,
+    Host, Locality, SERVER_LISTENER_TEMPLATE, any, cluster, downstream_tls_context, endpoints_with,
+    forward, listener, mtls_cluster, prefix, server_listener_name, serving_listener,
+    tls_server_listener_msg, to_cluster, weighted_action,
 };
+use xds_test_server::security_suite::{INSTANCE, MeshPki, SERVER_ID};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -23,6 +27,11 @@ pub enum Servers {
     /// gRPC-Go's interop server, xDS-enabled (`--secure_mode=true`), each served a
     /// Listener for its address that serves every RPC in plaintext.
     GrpcGoXds(PathBuf),
+    /// The same with mTLS (gRFC A29): the Listeners require a client certificate of
+    /// the mesh CA (the `file_watcher` instance `server`), the cluster's
+    /// UpstreamTlsContext the servers' SPIFFE ID (instance `mesh`), and the client
+    /// runs with `--secure_mode=true`.
+    GrpcGoXdsMtls(PathBuf),
 }
 
 impl Servers {
@@ -32,8 +41,45 @@ impl Servers {
             Servers::Ours => "",
             Servers::GrpcGo(_) => " on grpc-go servers",
             Servers::GrpcGoXds(_) => " on grpc-go xDS servers",
+            Servers::GrpcGoXdsMtls(_) => " on grpc-go xDS servers, mTLS",
         }
     }
+}
+
+/// What a case keeps until its end: the control plane, and the certificate files of
+/// an mTLS case.
+type Keep = (ControlPlane, Option<MeshPki>);
+
+/// The mesh PKI's files and a bootstrap for the servers and the client that names
+/// them: `file_watcher` instances `mesh` (the client's) and `server`.
+fn mtls_bootstrap(plane: &ControlPlane) -> (MeshPki, String) {
+    let pki = MeshPki::generate();
+    let server = pki.write_server(&pki.server(false, false));
+    let client = pki.provider_json();
+    let providers = format!(
+        "{}, {}",
+        client.trim_end().strip_suffix('}').expect("an object"),
+        server.trim_start().strip_prefix('{').expect("an object")
+    );
+    let bootstrap = plane.server_bootstrap(SERVER_LISTENER_TEMPLATE);
+    let bootstrap = format!(
+        r#"{}, "certificate_providers": {providers}}}"#,
+        bootstrap.trim_end().strip_suffix('}').expect("an object")
+    );
+    (pki, bootstrap)
+}
+
+/// The Listener of gRPC-Go's xDS-enabled server on `port`: it listens on every IPv4
+/// address, so the Listener is named after 0.0.0.0:port and has that address.
+fn go_server_listener(port: u32, mtls: bool) -> Any {
+    let port = u16::try_from(port).expect("a port");
+    if !mtls {
+        return serving_listener(SERVER_LISTENER_TEMPLATE, ([0, 0, 0, 0], port).into());
+    }
+    let name = server_listener_name(SERVER_LISTENER_TEMPLATE, ([0, 0, 0, 0], port).into());
+    let context = downstream_tls_context("server", Some("server"), true);
+    let msg = tls_server_listener_msg(&name, "0.0.0.0", u32::from(port), Some(&context));
+    any(type_url::LISTENER, &msg)
 }
 
 /// 4 backends in one locality behind cluster `c`, and `binary` at `qps`.
@@ -42,44 +88,53 @@ async fn four_backends(
     servers: &Servers,
     qps: &str,
     fail_on_failed_rpcs: bool,
-) -> (ControlPlane, Vec<Backend>, InteropClient) {
+) -> (Keep, Vec<Backend>, InteropClient) {
     let plane = ControlPlane::start();
+    let mtls = matches!(servers, Servers::GrpcGoXdsMtls(_));
+    let (pki, bootstrap) = match servers {
+        Servers::GrpcGoXdsMtls(_) => {
+            let (pki, bootstrap) = mtls_bootstrap(&plane);
+            (Some(pki), bootstrap)
+        }
+        Servers::GrpcGoXds(_) => (None, plane.server_bootstrap(SERVER_LISTENER_TEMPLATE)),
+        _ => (None, plane.bootstrap()),
+    };
     let server = match servers {
         Servers::Ours => ServerBinary::Ours,
         Servers::GrpcGo(path) => ServerBinary::GrpcGo(path.clone()),
-        Servers::GrpcGoXds(path) => ServerBinary::GrpcGoXds {
+        Servers::GrpcGoXds(path) | Servers::GrpcGoXdsMtls(path) => ServerBinary::GrpcGoXds {
             binary: path.clone(),
-            bootstrap: plane.server_bootstrap(SERVER_LISTENER_TEMPLATE),
+            bootstrap: bootstrap.clone(),
         },
     };
     let mut backends = Vec::new();
     for i in 0..4 {
         backends.push(Backend::start_binary(&format!("backend-{i}"), server.clone()).await);
     }
-    if let Servers::GrpcGoXds(_) = servers {
-        // gRPC-Go's server listens on every IPv4 address: its Listener is named
-        // after 0.0.0.0:port and has that address.
+    if let ServerBinary::GrpcGoXds { .. } = server {
         let mut listeners = vec![listener(LISTENER, ROUTES)];
-        listeners.extend(backends.iter().map(|b| {
-            let port = u16::try_from(b.port()).expect("a port");
-            serving_listener(SERVER_LISTENER_TEMPLATE, ([0, 0, 0, 0], port).into())
-        }));
+        listeners.extend(backends.iter().map(|b| go_server_listener(b.port(), mtls)));
         plane.set_listeners(listeners);
     }
     let all: Vec<&Backend> = backends.iter().collect();
+    let c = if mtls {
+        mtls_cluster("c", INSTANCE, &[SERVER_ID])
+    } else {
+        cluster("c")
+    };
     plane.set(
-        vec![cluster("c")],
+        vec![c],
         vec![assignment("c", &all)],
         vec![to_cluster(prefix(""), "c")],
     );
     let fail = format!("--fail_on_failed_rpc={fail_on_failed_rpcs}");
-    let client = InteropClient::start(
-        binary,
-        &plane.bootstrap(),
-        &[&format!("--server={TARGET}"), qps, &fail],
-    )
-    .await;
-    (plane, backends, client)
+    let server_flag = format!("--server={TARGET}");
+    let mut args = vec![server_flag.as_str(), qps, &fail];
+    if mtls {
+        args.push("--secure_mode=true");
+    }
+    let client = InteropClient::start(binary, &bootstrap, &args).await;
+    ((plane, pki), backends, client)
 }
 
 pub async fn ping_pong(binary: ClientBinary) {
