@@ -133,22 +133,29 @@ fn parse_rpc_types(value: &str) -> Result<Vec<RpcType>, FlagError> {
     Ok(types)
 }
 
-/// `--metadata`: `EmptyCall:key:value,UnaryCall:key:value`.
+/// `--metadata`: `EmptyCall:key:value,UnaryCall:key:value`; as gRPC-Go's client, an
+/// item may hold more pairs (`UnaryCall:k1:v1:k2:v2`), and a value holds no `:`.
 fn parse_metadata(value: &str) -> Result<Vec<(RpcType, String, String)>, FlagError> {
     let mut metadata = Vec::new();
     for item in value.split(',').filter(|s| !s.is_empty()) {
-        let mut parts = item.splitn(3, ':');
-        let (Some(rpc), Some(key), Some(value)) = (parts.next(), parts.next(), parts.next()) else {
+        let parts: Vec<&str> = item.split(':').collect();
+        let [rpc, pairs @ ..] = parts.as_slice() else {
+            unreachable!("split yields at least one part")
+        };
+        if pairs.is_empty() || pairs.len() % 2 != 0 {
             return Err(FlagError::new(
                 "metadata",
-                format!("{item:?}: not Method:key:value"),
+                format!("{item:?}: not Method:key:value (or Method:key1:value1:key2:value2)"),
             ));
-        };
+        }
         let rpc = rpc_type(rpc).ok_or_else(|| {
             FlagError::new("metadata", format!("{rpc:?}: UnaryCall or EmptyCall"))
         })?;
-        check_metadata(key, value).map_err(|e| FlagError::new("metadata", e))?;
-        metadata.push((rpc, key.to_string(), value.to_string()));
+        for pair in pairs.chunks_exact(2) {
+            let (key, value) = (pair[0], pair[1]);
+            check_metadata(key, value).map_err(|e| FlagError::new("metadata", e))?;
+            metadata.push((rpc, key.to_string(), value.to_string()));
+        }
     }
     Ok(metadata)
 }
@@ -394,6 +401,29 @@ mod tests {
             Some("empty_ytpme")
         );
         assert!(map.get("xds_md_numeric").is_none());
+    }
+
+    #[test]
+    fn metadata_items_hold_pairs_as_grpc_go_reads_them() {
+        let flags = parse(&[
+            "--server=xds:///a",
+            "--metadata=UnaryCall:k1:v1:k2:v2,EmptyCall:k:v",
+        ])
+        .expect("valid");
+        assert_eq!(
+            flags.rpcs.metadata,
+            vec![
+                (RpcType::UnaryCall, "k1".into(), "v1".into()),
+                (RpcType::UnaryCall, "k2".into(), "v2".into()),
+                (RpcType::EmptyCall, "k".into(), "v".into()),
+            ]
+        );
+        // An even count of parts: gRPC-Go refuses it (a value with a colon, or a pair
+        // missing its value).
+        for bad in ["UnaryCall:k:v:w", "UnaryCall", "UnaryCall:"] {
+            let e = parse(&["--server=xds:///a", &format!("--metadata={bad}")]).expect_err(bad);
+            assert_eq!(e.flag, "metadata", "{bad}");
+        }
     }
 
     #[test]
