@@ -62,8 +62,8 @@ pub fn binaries_or_skip(case: &str) -> Option<GrpcGoBinaries> {
         Ok(binaries) => Some(binaries.clone()),
         Err(why) if !interop_required() => {
             eprintln!(
-                "SKIPPED {case} with gRPC-Go's interop binaries: unavailable ({why}); \
-                 set XDS_INTEROP_REQUIRED=1 to make this a failure"
+                "SKIPPED {case}, its gRPC-Go part: gRPC-Go's interop binaries are \
+                 unavailable ({why}); set XDS_INTEROP_REQUIRED=1 to make this a failure"
             );
             None
         }
