@@ -269,7 +269,7 @@ pub struct Sender {
     pub config: SharedConfig,
     /// Where outcomes go.
     pub stats: Stats,
-    /// `--fail_on_failed_rpcs`.
+    /// `--fail_on_failed_rpc`.
     pub fail_on_failed_rpcs: bool,
     /// `--print_response`.
     pub print_response: bool,
@@ -313,7 +313,7 @@ impl Sender {
                 if self.fail_on_failed_rpcs && self.succeeded_once.load(Ordering::Relaxed) =>
             {
                 eprintln!(
-                    "RPC {number} ({}) failed with {code:?} after an RPC succeeded: exiting (--fail_on_failed_rpcs)",
+                    "RPC {number} ({}) failed with {code:?} after an RPC succeeded: exiting (--fail_on_failed_rpc)",
                     crate::stats::method_name(rpc)
                 );
                 std::process::exit(1);

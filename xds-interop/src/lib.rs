@@ -8,7 +8,8 @@
 //! port). Their flags, services and messages are those of gRPC's
 //! `doc/xds-test-descriptions.md` and `grpc/testing/*.proto`, so gRPC's own driver can
 //! run them; `tests/` holds a local driver that runs gRPC's xDS test cases against them
-//! with the loopback control plane of `xds-test-server`.
+//! with the loopback control plane of `xds-test-server`, each case with gRPC-Go's own
+//! interop client too, and the client against gRPC-Go's interop server.
 //!
 //! The parts: [`flags`] (typed flag parsing), [`routes`] (several tonic services on
 //! one HTTP/2 port), [`behavior`] (`rpc-behavior`), [`server`] (the server's services),
