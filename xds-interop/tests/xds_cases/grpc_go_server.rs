@@ -4,6 +4,11 @@
 //! only once it has it, in plaintext through the fallback of its xDS credentials, or
 //! with mTLS from `file_watcher` certificates (gRFC A29, `xds-interop-client
 //! --secure_mode=true`): xds-interop-client calls a gRPC-Go xDS server.
+//!
+//! Only these cases: gRPC-Go's server (1.79) plays `rpc-behavior` on UnaryCall only
+//! (EmptyCall ignores it, so circuit_breaking's `keep-open` EmptyCalls would end),
+//! sleeps whole seconds only (timeout's scaled-down `sleep-1.2` is refused as
+//! INVALID_ARGUMENT), and listens on every IPv4 address (no `--listen_host`).
 
 use crate::lb::{Servers, ping_pong_on, round_robin_on};
 use crate::support::ClientBinary;
