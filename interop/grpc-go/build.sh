@@ -214,7 +214,7 @@ export GOTELEMETRY=off
 
 if [ "$what" = xds-interop ]; then
 	export GOPATH=$GOPATH:$xds_root/usr/share/gocode:$here/xds-interop/stub
-	xds_sum=$( (cat "$xds_root.stamp" "$here"/xds-interop/stub/src/go.opentelemetry.io/contrib/detectors/gcp/*.go; "$go" version) |
+	xds_sum=$( (echo loopback-overlay; cat "$xds_root.stamp" "$here"/xds-interop/stub/src/go.opentelemetry.io/contrib/detectors/gcp/*.go; "$go" version) |
 		sha256sum | cut -d' ' -f1)
 	if [ -x "$xds_bin-client" ] && [ -x "$xds_bin-server" ] && [ -f "$xds_bin.stamp" ] &&
 		[ "$(cat "$xds_bin.stamp")" = "$xds_sum" ]; then
@@ -224,8 +224,30 @@ if [ "$what" = xds-interop ]; then
 	fi
 	start=$SECONDS
 	log "building gRPC-Go's xDS interop client and server with $("$go" version)"
+	# They listen on every address (":%d"); the project's tests bind 127.0.0.1 only, so
+	# a build overlay (go build -overlay: the sources stay as Debian ships them) gives
+	# each listen address the loopback host. The count of rewritten addresses is checked,
+	# so a gRPC-Go that listens some other way fails here rather than binding wide.
+	overlay=$work/overlay
+	rm -rf "$overlay"
+	mkdir -p "$overlay"
+	pkg_dir=$base_root/usr/share/gocode/src/google.golang.org/grpc/interop/xds
+	replace=()
 	for side in client server; do
-		"$go" build -trimpath -o "$xds_bin-$side.tmp" "google.golang.org/grpc/interop/xds/$side"
+		src=$pkg_dir/$side/$side.go
+		sed 's/fmt\.Sprintf(":%d"/fmt.Sprintf("127.0.0.1:%d"/g' "$src" >"$overlay/$side.go"
+		want=$(grep -c 'net.Listen("tcp' "$src")
+		got=$(grep -c 'fmt.Sprintf("127.0.0.1:%d"' "$overlay/$side.go")
+		if [ "$got" != "$want" ]; then
+			log "$src: $want listen calls but $got loopback addresses after the rewrite"
+			exit 1
+		fi
+		replace+=("\"$src\": \"$overlay/$side.go\"")
+	done
+	(IFS=,; printf '{"Replace": {%s}}' "${replace[*]}") >"$overlay/overlay.json"
+	for side in client server; do
+		"$go" build -trimpath -overlay "$overlay/overlay.json" -o "$xds_bin-$side.tmp" \
+			"google.golang.org/grpc/interop/xds/$side"
 		mv "$xds_bin-$side.tmp" "$xds_bin-$side"
 	done
 	printf '%s' "$xds_sum" >"$xds_bin.stamp"

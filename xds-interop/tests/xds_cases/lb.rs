@@ -69,16 +69,17 @@ fn mtls_bootstrap(plane: &ControlPlane) -> (MeshPki, String) {
     (pki, bootstrap)
 }
 
-/// The Listener of gRPC-Go's xDS-enabled server on `port`: it listens on every IPv4
-/// address, so the Listener is named after 0.0.0.0:port and has that address.
+/// The Listener of gRPC-Go's xDS-enabled server on `port`: it listens on 127.0.0.1 (the
+/// build's overlay, `interop/grpc-go/build.sh`), so the Listener is named after
+/// 127.0.0.1:port and has that address.
 fn go_server_listener(port: u32, mtls: bool) -> Any {
     let port = u16::try_from(port).expect("a port");
     if !mtls {
-        return serving_listener(SERVER_LISTENER_TEMPLATE, ([0, 0, 0, 0], port).into());
+        return serving_listener(SERVER_LISTENER_TEMPLATE, ([127, 0, 0, 1], port).into());
     }
-    let name = server_listener_name(SERVER_LISTENER_TEMPLATE, ([0, 0, 0, 0], port).into());
+    let name = server_listener_name(SERVER_LISTENER_TEMPLATE, ([127, 0, 0, 1], port).into());
     let context = downstream_tls_context("server", Some("server"), true);
-    let msg = tls_server_listener_msg(&name, "0.0.0.0", u32::from(port), Some(&context));
+    let msg = tls_server_listener_msg(&name, "127.0.0.1", u32::from(port), Some(&context));
     any(type_url::LISTENER, &msg)
 }
 
