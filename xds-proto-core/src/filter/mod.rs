@@ -3,3 +3,5 @@
 //! the runtime that carries the RPC. Client filters: fault injection (A33), stateful
 //! session affinity (A55, A60); server filter: RBAC (A41). `gcp_authn` (A83) is
 //! accepted and not run.
+
+pub mod rbac;

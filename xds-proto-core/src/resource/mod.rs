@@ -19,6 +19,7 @@ pub(crate) mod tls;
 mod validate;
 
 pub use context::DecodeContext;
+pub use validate::FieldError;
 
 pub use cluster::{ClusterResource, ClusterType};
 pub use cluster::{

@@ -16,16 +16,17 @@ use crate::pb::envoy::r#type::v3 as type_pb;
 use crate::pb::google::protobuf as pbuf;
 
 /// A validation error at a field path, built bottom-up: the innermost check names the
-/// field, and each enclosing level prepends its own field with [`FieldError::at`].
+/// field, and each enclosing level prepends its own field (`FieldError::at`). Its
+/// `Display` is `path: message` (or the message alone at the root).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct FieldError {
+pub struct FieldError {
     path: String,
     message: String,
 }
 
 impl FieldError {
     /// An error at `path` (relative to the message being validated; may be empty).
-    pub(super) fn new(path: impl Into<String>, message: impl Into<String>) -> FieldError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> FieldError {
         FieldError {
             path: path.into(),
             message: message.into(),
@@ -33,13 +34,13 @@ impl FieldError {
     }
 
     /// The error for a required field that is absent.
-    pub(super) fn missing(path: impl Into<String>) -> FieldError {
+    pub(crate) fn missing(path: impl Into<String>) -> FieldError {
         FieldError::new(path, "field not present")
     }
 
     /// The same error seen from the enclosing message, whose field `parent` holds the
     /// message being validated.
-    pub(super) fn at(self, parent: impl fmt::Display) -> FieldError {
+    pub(crate) fn at(self, parent: impl fmt::Display) -> FieldError {
         let parent = parent.to_string();
         let path = if parent.is_empty() {
             self.path
@@ -57,7 +58,7 @@ impl FieldError {
     }
 
     /// [`at`](Self::at) for element `index` of the repeated field `field`.
-    pub(super) fn at_index(self, field: &str, index: usize) -> FieldError {
+    pub(crate) fn at_index(self, field: &str, index: usize) -> FieldError {
         self.at(format_args!("{field}[{index}]"))
     }
 

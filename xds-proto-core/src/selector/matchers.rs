@@ -103,13 +103,20 @@ pub fn string_matches(matcher: &StringMatcher, value: &str) -> bool {
     }
 }
 
-/// Whether the request metadata satisfies one header matcher, as gRPC evaluates it:
-/// `present_match` compares presence (then `invert_match` applies); every other kind
-/// fails on an absent header whatever `invert_match` says; a range matches a value that
-/// parses as an `i64` (surrounding ASCII whitespace allowed) in `[start, end)`.
+/// Whether the request metadata satisfies one header matcher, as gRPC evaluates it
+/// (see [`header_value_matches`]), with the header's value as route matching sees it
+/// ([`header_value`]).
 pub fn header_matches<M: Metadata + ?Sized>(matcher: &HeaderMatcher, metadata: &M) -> bool {
-    let value = header_value(metadata, &matcher.name);
-    let matched = match (&matcher.kind, value.as_str()) {
+    header_value_matches(matcher, header_value(metadata, &matcher.name).as_str())
+}
+
+/// Whether a header matcher accepts the header's value (`None`: absent), as gRPC
+/// evaluates it: `present_match` compares presence (then `invert_match` applies); every
+/// other kind fails on an absent header whatever `invert_match` says; a range matches a
+/// value that parses as an `i64` (surrounding ASCII whitespace allowed) in `[start, end)`.
+/// Route matching and RBAC (A41) differ only in which value they look up.
+pub fn header_value_matches(matcher: &HeaderMatcher, value: Option<&str>) -> bool {
+    let matched = match (&matcher.kind, value) {
         (HeaderMatchKind::Present(present), v) => v.is_some() == *present,
         (_, None) => return false,
         (HeaderMatchKind::Range { start, end }, Some(v)) => v

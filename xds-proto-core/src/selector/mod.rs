@@ -47,7 +47,8 @@ mod tests;
 pub use cluster_registry::{ClusterHandle, ClusterManagerChild, ClusterRegistry};
 pub use hash::request_hash;
 pub use matchers::{
-    header_matches, path_matches, route_matches, select_virtual_host, string_matches,
+    header_matches, header_value_matches, path_matches, route_matches, select_virtual_host,
+    string_matches,
 };
 pub use metadata::{HeaderValue, Metadata, header_value};
 pub use random::{RandomSource, Seeded};

@@ -282,7 +282,9 @@ fn parse_route_match(m: &route_pb::RouteMatch) -> Result<RouteMatch, FieldError>
 }
 
 #[allow(deprecated)]
-fn parse_header_matcher(h: &route_pb::HeaderMatcher) -> Result<HeaderMatcher, FieldError> {
+pub(crate) fn parse_header_matcher(
+    h: &route_pb::HeaderMatcher,
+) -> Result<HeaderMatcher, FieldError> {
     use route_pb::header_matcher::HeaderMatchSpecifier as Spec;
     if h.name.is_empty() {
         return Err(FieldError::new("name", "must be non-empty"));
@@ -333,7 +335,7 @@ fn parse_header_matcher(h: &route_pb::HeaderMatcher) -> Result<HeaderMatcher, Fi
 }
 
 /// Validates an `envoy.type.matcher.v3.StringMatcher`.
-pub(in crate::resource) fn parse_string_matcher(
+pub(crate) fn parse_string_matcher(
     sm: &matcher_pb::StringMatcher,
 ) -> Result<StringMatcher, FieldError> {
     use matcher_pb::string_matcher::MatchPattern;

@@ -29,7 +29,7 @@ mod tests;
 
 pub use decode::decode;
 pub(super) use decode::parse_route_configuration;
-pub(in crate::resource) use decode::parse_string_matcher;
+pub(crate) use decode::{parse_header_matcher, parse_string_matcher};
 
 /// Type name of the only cluster specifier plugin gRPC supports: RLS (gRFC A28 update).
 pub const RLS_CLUSTER_SPECIFIER_PLUGIN: &str = "grpc.lookup.v1.RouteLookupClusterSpecifier";
