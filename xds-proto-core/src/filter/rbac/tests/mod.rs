@@ -24,6 +24,7 @@ use rbac_pb::principal::Identifier as Id;
 mod decisions;
 mod matching;
 mod parse;
+mod property;
 
 pub(super) const ALLOW: i32 = rbac_pb::rbac::Action::Allow as i32;
 pub(super) const DENY: i32 = rbac_pb::rbac::Action::Deny as i32;

@@ -180,7 +180,10 @@ fn nesting_deeper_than_the_limit_is_refused() {
         )],
     ));
     // An even number of nots around `any` matches.
-    assert_eq!(allows(&deepest, &Req::default()), MAX_RULE_DEPTH.is_multiple_of(2));
+    assert_eq!(
+        allows(&deepest, &Req::default()),
+        MAX_RULE_DEPTH.is_multiple_of(2)
+    );
     let too_deep = refusal(rules(
         ALLOW,
         vec![(
