@@ -14,11 +14,12 @@ use xds_proto_tests::sim::fuzz;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
     ("interleave", fuzz::interleave),
     ("decode_response", fuzz::decode_response),
     ("bootstrap", fuzz::bootstrap),
     ("lb", fuzz::lb),
+    ("rbac", fuzz::rbac),
 ];
 
 fn fuzz_dir() -> PathBuf {

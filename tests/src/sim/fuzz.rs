@@ -14,6 +14,8 @@
 //!   [`bootstrap_json::to_json`] and take watches.
 //! - [`lb`]: arbitrary CDS and EDS resources through the decoders, then subchannel
 //!   states, call outcomes, picks and time into a `LoadBalancer` (in `fuzz/lb.rs`).
+//! - [`rbac`]: an RBAC filter config (A41), built rule by rule or raw, through the
+//!   parser, then arbitrary requests through the engine (in `fuzz/rbac.rs`).
 //!
 //! Every function panics, with the broken rule, when an invariant fails.
 
@@ -39,6 +41,8 @@ use crate::{CDS, EDS, LDS, ONE_SERVER_BOOTSTRAP, RDS};
 
 mod lb;
 pub use lb::{LIVE_BYTES_LIMIT, lb};
+mod rbac;
+pub use rbac::rbac;
 
 const UNKNOWN_TYPE: &str = "type.googleapis.com/fuzz.Unknown";
 const NAMES: [&str; 5] = [
@@ -614,5 +618,6 @@ pub fn seed_inputs() -> Vec<(&'static str, Vec<u8>)> {
         out.push(("lb", (0..len).map(|_| rng.next_u64() as u8).collect()));
     }
     out.extend(lrs_seeds().into_iter().map(|s| ("decode_response", s)));
+    out.extend(rbac::seeds().into_iter().map(|s| ("rbac", s)));
     out
 }
