@@ -219,7 +219,9 @@ impl<'r, 'a> RequestView<'r, 'a> {
                 0 => first = Some(value),
                 _ => {
                     if count == 1 {
-                        joined.push_str(first.unwrap_or_default());
+                        let first = first.unwrap_or_default();
+                        joined.reserve(first.len() + 1 + value.len());
+                        joined.push_str(first);
                     }
                     joined.push(',');
                     joined.push_str(value);
