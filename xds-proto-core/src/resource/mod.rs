@@ -16,7 +16,7 @@ pub mod endpoint;
 pub mod listener;
 pub mod route;
 pub(crate) mod tls;
-mod validate;
+pub(crate) mod validate;
 
 pub use context::DecodeContext;
 
@@ -37,6 +37,7 @@ pub use route::{
     RetryPolicy, RetryableCode, Route, RouteAction, RouteMatch, SafeRegex, StringMatcher,
     TypedConfig, VirtualHost, WeightedCluster,
 };
+pub use validate::FieldError;
 
 /// Type URLs of the built-in resource types.
 pub mod type_url {

@@ -15,17 +15,17 @@ use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::r#type::v3 as type_pb;
 use crate::pb::google::protobuf as pbuf;
 
-/// A validation error at a field path, built bottom-up: the innermost check names the
+/// A validation error at a field path (its `Display` is `path: message`), built bottom-up: the innermost check names the
 /// field, and each enclosing level prepends its own field with [`FieldError::at`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct FieldError {
+pub struct FieldError {
     path: String,
     message: String,
 }
 
 impl FieldError {
     /// An error at `path` (relative to the message being validated; may be empty).
-    pub(super) fn new(path: impl Into<String>, message: impl Into<String>) -> FieldError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> FieldError {
         FieldError {
             path: path.into(),
             message: message.into(),
@@ -33,13 +33,13 @@ impl FieldError {
     }
 
     /// The error for a required field that is absent.
-    pub(super) fn missing(path: impl Into<String>) -> FieldError {
+    pub(crate) fn missing(path: impl Into<String>) -> FieldError {
         FieldError::new(path, "field not present")
     }
 
     /// The same error seen from the enclosing message, whose field `parent` holds the
     /// message being validated.
-    pub(super) fn at(self, parent: impl fmt::Display) -> FieldError {
+    pub(crate) fn at(self, parent: impl fmt::Display) -> FieldError {
         let parent = parent.to_string();
         let path = if parent.is_empty() {
             self.path
@@ -57,7 +57,7 @@ impl FieldError {
     }
 
     /// [`at`](Self::at) for element `index` of the repeated field `field`.
-    pub(super) fn at_index(self, field: &str, index: usize) -> FieldError {
+    pub(crate) fn at_index(self, field: &str, index: usize) -> FieldError {
         self.at(format_args!("{field}[{index}]"))
     }
 
@@ -81,7 +81,7 @@ impl fmt::Display for FieldError {
 pub(super) const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
 
 /// Converts a `google.protobuf.Duration`, rejecting negative or out-of-range values.
-pub(super) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
+pub(crate) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
     let seconds = u64::try_from(d.seconds)
         .ok()
         .filter(|s| *s <= MAX_DURATION_SECONDS)
@@ -107,13 +107,13 @@ pub(super) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
 }
 
 /// A required message field: its value, or [`FieldError::missing`] at `field`.
-pub(super) fn required<T>(value: Option<&T>, field: impl Into<String>) -> Result<&T, FieldError> {
+pub(crate) fn required<T>(value: Option<&T>, field: impl Into<String>) -> Result<&T, FieldError> {
     value.ok_or_else(|| FieldError::missing(field))
 }
 
 /// Parses an optional field with `parse`, placing its error at `field`; `None` when the
 /// field is absent.
-pub(super) fn optional<T, U>(
+pub(crate) fn optional<T, U>(
     value: Option<&T>,
     field: &str,
     parse: impl FnOnce(&T) -> Result<U, FieldError>,
@@ -147,7 +147,7 @@ pub(super) fn fraction_per_million(fp: &type_pb::FractionalPercent) -> Result<u3
 }
 
 /// The type name in a type URL: the part after the last `/`.
-pub(super) fn type_name(type_url: &str) -> &str {
+pub(crate) fn type_name(type_url: &str) -> &str {
     type_url.rsplit('/').next().unwrap_or(type_url)
 }
 
@@ -163,7 +163,7 @@ struct TypedStructHeader {
 }
 
 /// Validates an extension's `Any` and unwraps a `TypedStruct` to learn its real type.
-pub(super) fn typed_config(any: &pbuf::Any) -> Result<TypedConfig, FieldError> {
+pub(crate) fn typed_config(any: &pbuf::Any) -> Result<TypedConfig, FieldError> {
     check_type_url(&any.type_url).map_err(|e| e.at("type_url"))?;
     if !TYPED_STRUCT_TYPES.contains(&type_name(&any.type_url)) {
         return Ok(TypedConfig {
@@ -247,7 +247,7 @@ pub(super) fn decode_resource<M: Message + Default>(
 
 /// Decodes the serialized message `bytes` (an `Any`'s value, usually) as `M`, named
 /// `message` in the error, which is at `field`.
-pub(super) fn decode_message<M: Message + Default>(
+pub(crate) fn decode_message<M: Message + Default>(
     bytes: &[u8],
     field: &str,
     message: &str,
