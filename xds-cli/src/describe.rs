@@ -514,6 +514,7 @@ mod tests {
             max_requests: 1024,
             tls: Some(tls),
             outlier_detection: None,
+            override_host_status: Default::default(),
         };
         let r = Resource::Cluster(Arc::new(cluster));
         assert_eq!(

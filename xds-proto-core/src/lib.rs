@@ -110,7 +110,7 @@
 //! // runtime connects the subchannels the balancer asks for.
 //! let mut lb = LoadBalancer::new(LbSettings::new(/* seed */ 1));
 //! lb.update(now, &config);
-//! let args = PickArgs { hash: selection.request_hash(&headers[..], 0), random: 42 };
+//! let args = PickArgs { hash: selection.request_hash(&headers[..], 0), random: 42, override_host: None };
 //! assert_eq!(lb.pick(now, cluster, &args), Pick::Queue);
 //! while let Some(action) = lb.poll_action() {
 //!     if let LbAction::Connect { subchannel, address } = action {

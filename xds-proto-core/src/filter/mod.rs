@@ -11,6 +11,7 @@
 //! engine (`filter::rbac`) plugs its parsed config in as a variant of both enums.
 
 pub mod fault;
+pub mod stateful_session;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +25,9 @@ use crate::resource::validate::{FieldError, type_name};
 use crate::selector::{Metadata, RandomSource};
 
 use self::fault::{ActiveFaults, FaultConfig, InjectedFault};
+use self::stateful_session::{
+    SessionAffinity, SessionCookie, StatefulSessionConfig, StatefulSessionOverride,
+};
 
 /// The type URL of RBAC's per-route override.
 pub const RBAC_PER_ROUTE_TYPE_URL: &str =
@@ -41,6 +45,8 @@ pub enum HttpFilterConfig {
     Router,
     /// Fault injection (A33).
     Fault(Arc<FaultConfig>),
+    /// Stateful session affinity (A55).
+    StatefulSession(Arc<StatefulSessionConfig>),
     /// GCP authentication (A83): accepted, not run.
     GcpAuthn,
     /// A supported filter whose config this crate does not parse yet (RBAC, until
@@ -60,9 +66,11 @@ impl HttpFilterConfig {
             HttpFilterConfig::GcpAuthn
         } else if name == type_name(FAULT_FILTER_TYPE_URL) {
             HttpFilterConfig::Fault(Arc::new(FaultConfig::parse(proto_bytes(config)?)?))
-        } else if name == type_name(RBAC_FILTER_TYPE_URL)
-            || name == type_name(STATEFUL_SESSION_FILTER_TYPE_URL)
-        {
+        } else if name == type_name(STATEFUL_SESSION_FILTER_TYPE_URL) {
+            HttpFilterConfig::StatefulSession(Arc::new(StatefulSessionConfig::parse(proto_bytes(
+                config,
+            )?)?))
+        } else if name == type_name(RBAC_FILTER_TYPE_URL) {
             HttpFilterConfig::Unparsed(config.clone())
         } else {
             return Ok(None);
@@ -75,6 +83,7 @@ impl HttpFilterConfig {
         match self {
             HttpFilterConfig::Router => ROUTER_FILTER_TYPE_URL,
             HttpFilterConfig::Fault(_) => FAULT_FILTER_TYPE_URL,
+            HttpFilterConfig::StatefulSession(_) => STATEFUL_SESSION_FILTER_TYPE_URL,
             HttpFilterConfig::GcpAuthn => GCP_AUTHN_FILTER_TYPE_URL,
             HttpFilterConfig::Unparsed(c) => &c.type_url,
         }
@@ -88,6 +97,8 @@ impl HttpFilterConfig {
 pub enum FilterOverride {
     /// An `HTTPFault`: replaces the fault filter's config.
     Fault(Arc<FaultConfig>),
+    /// A `StatefulSessionPerRoute`: disables the filter or replaces its config.
+    StatefulSession(StatefulSessionOverride),
     /// A supported override this crate does not parse yet (`RBACPerRoute`, until
     /// `filter::rbac` lands), kept as received.
     Unparsed(TypedConfig),
@@ -101,9 +112,10 @@ impl FilterOverride {
         let name = config.type_name();
         let parsed = if name == type_name(FAULT_FILTER_TYPE_URL) {
             FilterOverride::Fault(Arc::new(FaultConfig::parse(proto_bytes(config)?)?))
+        } else if name == type_name(STATEFUL_SESSION_PER_ROUTE_TYPE_URL) {
+            FilterOverride::StatefulSession(StatefulSessionOverride::parse(proto_bytes(config)?)?)
         } else if name == type_name(RBAC_PER_ROUTE_TYPE_URL)
             || name == type_name(RBAC_FILTER_TYPE_URL)
-            || name == type_name(STATEFUL_SESSION_PER_ROUTE_TYPE_URL)
         {
             FilterOverride::Unparsed(config.clone())
         } else {
@@ -134,6 +146,8 @@ fn proto_bytes(config: &TypedConfig) -> Result<&[u8], FieldError> {
 pub enum ClientFilter {
     /// Fault injection (A33).
     Fault(Arc<FaultConfig>),
+    /// Stateful session affinity (A55): its cookie.
+    StatefulSession(Arc<SessionCookie>),
 }
 
 /// The filters a client runs for one route (and weighted cluster), in chain order,
@@ -179,10 +193,12 @@ impl ClientFilters {
         &self.filters
     }
 
-    /// Runs the chain for one RPC: its `metadata` (request headers) and the caller's
-    /// random source, faults counted in `active_faults` (one per process, A33).
+    /// Runs the chain for one RPC: its method `path`, its `metadata` (request
+    /// headers) and the caller's random source, faults counted in `active_faults` (one
+    /// per process, A33).
     pub fn on_rpc<'a, M, R>(
         &self,
+        path: &str,
         metadata: &M,
         rng: &mut R,
         active_faults: &'a ActiveFaults,
@@ -202,6 +218,11 @@ impl ClientFilters {
                         }
                     }
                 }
+                // The first session filter whose cookie path matches decides.
+                ClientFilter::StatefulSession(cookie) if out.session.is_none() => {
+                    out.session = cookie.session(path, metadata);
+                }
+                ClientFilter::StatefulSession(_) => {}
             }
         }
         out
@@ -223,6 +244,16 @@ fn effective(
             Some(ClientFilter::Fault(over.clone()))
         }
         (HttpFilterConfig::Fault(top), _) => Some(ClientFilter::Fault(top.clone())),
+        (HttpFilterConfig::StatefulSession(top), over) => {
+            let config = match over {
+                Some(FilterOverride::StatefulSession(StatefulSessionOverride::Disabled)) => {
+                    return None;
+                }
+                Some(FilterOverride::StatefulSession(StatefulSessionOverride::Config(c))) => c,
+                _ => top,
+            };
+            config.cookie.clone().map(ClientFilter::StatefulSession)
+        }
         _ => None,
     }
 }
@@ -235,6 +266,9 @@ pub struct RpcFilters<'a> {
     /// Fault injection: delay, then abort; holds the RPC's place in the process's
     /// active faults until dropped.
     pub fault: Option<InjectedFault<'a>>,
+    /// Stateful session affinity: the host (and cluster) the RPC's cookie asks for,
+    /// and the response's cookie.
+    pub session: Option<SessionAffinity>,
 }
 
 #[cfg(test)]

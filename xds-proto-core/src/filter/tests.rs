@@ -472,6 +472,7 @@ fn codes(filters: Option<Arc<ClientFilters>>) -> Vec<Code> {
                 AbortSource::Code(code) => code,
                 AbortSource::Header => Code(-1),
             },
+            _ => Code(-2),
         })
         .collect()
 }
@@ -547,7 +548,7 @@ fn two_fault_filters_add_their_delays_and_the_first_abort_wins() {
     ]);
     let filters = ClientFilters::build(&http, [None, None, None]).unwrap();
     let active = ActiveFaults::new();
-    let rpc = filters.on_rpc(&[("a", "b")], &mut || 0, &active);
+    let rpc = filters.on_rpc("/s/m", &[("a", "b")], &mut || 0, &active);
     let fault = rpc.fault.as_ref().unwrap();
     assert_eq!(fault.delay, Some(Duration::from_millis(15)));
     assert_eq!(fault.abort, Some(Code::PERMISSION_DENIED));
@@ -666,7 +667,7 @@ mod through_the_selector {
     fn aborted_with(selector: &ConfigSelector, path: &str, draw: u32) -> Option<Code> {
         let active = ActiveFaults::new();
         let selection = selector.select(path, &[("a", "b")], &mut || draw).unwrap();
-        let rpc = selection.run_filters(&[("a", "b")], &mut || 0, &active);
+        let rpc = selection.run_filters("/s/m", &[("a", "b")], &mut || 0, &active);
         rpc.fault.and_then(|f| f.abort)
     }
 
@@ -708,7 +709,7 @@ mod through_the_selector {
         let active = ActiveFaults::new();
         assert!(
             selection
-                .run_filters(&[("a", "b")], &mut rng, &active)
+                .run_filters("/s/m", &[("a", "b")], &mut rng, &active)
                 .fault
                 .is_none()
         );

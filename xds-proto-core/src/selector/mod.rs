@@ -218,12 +218,13 @@ impl Selection {
         self.filters.as_deref()
     }
 
-    /// Runs the RPC's HTTP filters: what they decided from its `metadata` (request
-    /// headers) and the caller's random source, faults counted in `active_faults` (one
-    /// per process, A33). Nothing is drawn, and nothing allocated, for a route whose
-    /// filters run nothing.
+    /// Runs the RPC's HTTP filters: what they decided from its method `path`, its
+    /// `metadata` (request headers) and the caller's random source, faults counted in
+    /// `active_faults` (one per process, A33). Nothing is drawn, and nothing
+    /// allocated, for a route whose filters run nothing.
     pub fn run_filters<'a, M, R>(
         &self,
+        path: &str,
         metadata: &M,
         rng: &mut R,
         active_faults: &'a ActiveFaults,
@@ -234,7 +235,34 @@ impl Selection {
     {
         match &self.filters {
             None => RpcFilters::default(),
-            Some(filters) => filters.on_rpc(metadata, rng, active_faults),
+            Some(filters) => filters.on_rpc(path, metadata, rng, active_faults),
+        }
+    }
+
+    /// Moves the RPC to `cluster` when its route can send RPCs there (its cluster, or
+    /// one of its weighted clusters that resolved): A60's stateful session keeps an RPC
+    /// on the cluster its cookie names. Returns whether it moved (or was there).
+    pub fn stick_to_cluster(&mut self, cluster: &str) -> bool {
+        if self.cluster.cluster() == Some(cluster) {
+            return true;
+        }
+        let Action::Weighted {
+            targets, filters, ..
+        } = &self.entry.action
+        else {
+            return false;
+        };
+        let found = targets
+            .iter()
+            .zip(filters.iter())
+            .find(|(t, _)| t.error.is_none() && t.handle.cluster() == Some(cluster));
+        match found {
+            Some((target, filters)) => {
+                self.cluster = target.handle.clone();
+                self.filters = filters.clone();
+                true
+            }
+            None => false,
         }
     }
 

@@ -140,6 +140,7 @@ fn eds_cluster_defaults() {
             max_requests: 1024,
             tls: None,
             outlier_detection: None,
+            override_host_status: Default::default(),
         }
     );
     let mut c = eds_cluster("xdstp://auth/envoy.config.cluster.v3.Cluster/c");
@@ -930,6 +931,7 @@ fn istio_like_cluster() {
             max_requests: 2048,
             tls: Some(minimal_tls_decoded("outbound_.8080_._.svc-1")),
             outlier_detection: None,
+            override_host_status: Default::default(),
         }
     );
 }
