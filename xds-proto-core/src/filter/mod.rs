@@ -273,3 +273,6 @@ pub struct RpcFilters<'a> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod session_tests;

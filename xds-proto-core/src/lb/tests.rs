@@ -17,6 +17,7 @@ use crate::resource::endpoint::{
 
 mod bounds;
 mod custom;
+mod override_host;
 mod properties;
 mod simulation;
 mod wrr;
