@@ -23,11 +23,13 @@ use xds_proto_core::resource::type_url;
 use xds_proto_core::selector::Seeded;
 
 use crate::LoopbackServer;
-use crate::echo::{EchoBackend, EchoReply, EchoRequest, call_echo, echo_request};
+use crate::echo::{
+    EchoBackend, EchoReply, EchoRequest, call_echo, call_echo_response, echo_request,
+};
 use crate::resources::{
     any, cluster_action, cluster_msg, endpoints, fault_abort, fault_any, fault_delay, fault_filter,
     fault_from_headers, forward, hcm_rds_with_filters, header, listener_of, per_million, prefix,
-    rc_any, route_config_of, string_match, vhost, with_header,
+    rc_any, route_config_of, stateful_session_filter, string_match, vhost, with_header,
 };
 use crate::suite::within;
 
@@ -244,4 +246,153 @@ async fn headers<R: Runtime>(channel: &XdsChannel<R>, backend: &EchoBackend) {
         .await
         .expect("no header, no fault");
     assert_eq!(backend.received() - received, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Stateful session affinity (A55)
+// ---------------------------------------------------------------------------------------
+
+const SESSION_TARGET: &str = "xds:///sessions.example.com";
+const SESSION_LISTENER: &str = "sessions.example.com";
+const SESSION_ROUTES: &str = "session-routes";
+const COOKIE: &str = "grpc-session";
+
+/// Two backends in cluster `pinned` (round robin) behind a listener whose stateful
+/// session filter uses cookie `grpc-session` on every path.
+fn start_sessions() -> (LoopbackServer, [EchoBackend; 2]) {
+    let backends = ["pinned-1", "pinned-2"].map(EchoBackend::start);
+    let server = LoopbackServer::start();
+    let manager = hcm_rds_with_filters(
+        SESSION_ROUTES,
+        vec![stateful_session_filter(
+            "session",
+            COOKIE,
+            "/",
+            Some(Duration::from_secs(60)),
+        )],
+    );
+    server.set_resources(
+        type_url::LISTENER,
+        "1",
+        vec![listener_of(SESSION_LISTENER, &manager)],
+    );
+    let routes = vec![forward(prefix("/"), cluster_action("pinned"))];
+    server.set_resources(
+        type_url::ROUTE_CONFIGURATION,
+        "1",
+        vec![rc_any(&route_config_of(
+            SESSION_ROUTES,
+            vec![vhost("sessions", &[SESSION_LISTENER], routes)],
+        ))],
+    );
+    server.set_resources(
+        type_url::CLUSTER,
+        "1",
+        vec![any(type_url::CLUSTER, &cluster_msg("pinned", 1024))],
+    );
+    let ports = backends.each_ref().map(|b| u32::from(b.port()));
+    server.set_resources(
+        type_url::CLUSTER_LOAD_ASSIGNMENT,
+        "1",
+        vec![endpoints("pinned", &ports)],
+    );
+    (server, backends)
+}
+
+/// The cookie's `name=value` from a response's `set-cookie`, if any.
+fn set_cookie(response: &tonic::Response<EchoReply>) -> Option<String> {
+    let header = response.metadata().get("set-cookie")?.to_str().ok()?;
+    Some(header.split(';').next()?.to_owned())
+}
+
+async fn session_call<R: Runtime>(
+    channel: &XdsChannel<R>,
+    cookie: Option<&str>,
+) -> tonic::Response<EchoReply> {
+    let mut request = echo_request("session");
+    if let Some(cookie) = cookie {
+        request
+            .metadata_mut()
+            .insert("cookie", cookie.parse().expect("a cookie header"));
+    }
+    call_echo_response(channel.clone(), request)
+        .await
+        .expect("a session RPC succeeds")
+}
+
+/// What stateful session affinity did on loopback.
+#[derive(Clone, Debug, Default)]
+pub struct SessionFigures {
+    /// The backend the first response's cookie pinned, and how many of the following
+    /// RPCs with the cookie it served (of how many).
+    pub pinned: (String, u32, u32),
+    /// Backends RPCs without a cookie reached.
+    pub without_cookie: Vec<String>,
+}
+
+/// The first response sets the cookie; RPCs carrying it all reach its backend (with
+/// no new cookie), while RPCs without it get a cookie each; a cookie naming the other
+/// backend moves the session there, and an invalid one gets a fresh cookie.
+pub async fn session_scenarios<R: Runtime>() -> SessionFigures {
+    let rt = R::current().expect("a runtime");
+    let (server, backends) = start_sessions();
+    let bootstrap = Bootstrap::from_json_str(&server.bootstrap_json("sessions", None))
+        .expect("the loopback bootstrap");
+    let pool = ClientPool::<R>::builder(bootstrap)
+        .build_pool()
+        .expect("a pool");
+    let channel: XdsChannel<R> = XdsChannel::builder(SESSION_TARGET)
+        .pool(&pool)
+        .seed(11)
+        .build()
+        .expect("a channel");
+    let mut figures = SessionFigures::default();
+    within(
+        &rt,
+        Duration::from_secs(60),
+        "the session scenarios",
+        async {
+            let first = session_call(&channel, None).await;
+            let cookie = set_cookie(&first).expect("the first response sets the cookie");
+            assert!(cookie.starts_with("grpc-session="), "{cookie}");
+            let pinned = first.get_ref().backend.clone();
+            let mut served = 0;
+            for _ in 0..20 {
+                let response = session_call(&channel, Some(&cookie)).await;
+                assert_eq!(set_cookie(&response), None, "the cookie already names it");
+                if response.get_ref().backend == pinned {
+                    served += 1;
+                }
+            }
+            assert_eq!(served, 20, "every RPC with the cookie reached {pinned}");
+            figures.pinned = (pinned.clone(), served, 20);
+            for _ in 0..6 {
+                let response = session_call(&channel, None).await;
+                assert!(set_cookie(&response).is_some(), "no cookie: one is set");
+                figures
+                    .without_cookie
+                    .push(response.get_ref().backend.clone());
+            }
+            figures.without_cookie.sort();
+            figures.without_cookie.dedup();
+            // The cookie of the other backend moves the session there.
+            let other = backends
+                .iter()
+                .find(|b| b.name() != pinned)
+                .expect("two backends");
+            let value = base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                format!("{};cluster:pinned", other.addr()),
+            );
+            let response = session_call(&channel, Some(&format!("{COOKIE}={value}"))).await;
+            assert_eq!(response.get_ref().backend, other.name());
+            assert_eq!(set_cookie(&response), None);
+            // An invalid cookie is ignored: a fresh one is set.
+            let response = session_call(&channel, Some(&format!("{COOKIE}=not-base64!"))).await;
+            assert!(set_cookie(&response).is_some());
+        },
+    )
+    .await;
+    drop(server);
+    figures
 }

@@ -90,3 +90,42 @@ pub fn hcm_rds_with_filters(
     manager.http_filters.push(router_filter());
     manager
 }
+
+/// A stateful session filter (A55) named `name`: cookie `cookie` on `path` with `ttl`.
+pub fn stateful_session_filter(
+    name: &str,
+    cookie: &str,
+    path: &str,
+    ttl: Option<Duration>,
+) -> hcm::HttpFilter {
+    use xds_proto_core::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use xds_proto_core::pb::envoy::extensions::filters::http::stateful_session::v3::StatefulSession;
+    use xds_proto_core::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+    use xds_proto_core::pb::envoy::r#type::http::v3::Cookie;
+    let state = CookieBasedSessionState {
+        cookie: Some(Cookie {
+            name: cookie.to_string(),
+            path: path.to_string(),
+            ttl: ttl.map(pb_duration),
+            ..Default::default()
+        }),
+    };
+    let config = StatefulSession {
+        session_state: Some(TypedExtensionConfig {
+            name: "envoy.http.stateful_session.cookie".to_string(),
+            typed_config: Some(any(
+                "type.googleapis.com/envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState",
+                &state,
+            )),
+        }),
+        ..Default::default()
+    };
+    hcm::HttpFilter {
+        name: name.to_string(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
+            xds_proto_core::resource::listener::STATEFUL_SESSION_FILTER_TYPE_URL,
+            &config,
+        ))),
+        ..Default::default()
+    }
+}
