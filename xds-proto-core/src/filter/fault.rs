@@ -7,8 +7,9 @@
 //! `max_active_faults` bounds the RPCs that are being faulted in the whole process
 //! (A33: one gauge for every channel). The counting is [`ActiveFaults`], here, so that
 //! the check and the increment are one atomic step whoever calls; the embedder owns the
-//! one instance (the adapters keep a process-wide static) and the RPC holds an
-//! [`ActiveFaultGuard`] until its fault is over: after the delay, or once aborted.
+//! one instance (the adapters keep a process-wide static) and the RPC holds its
+//! [`InjectedFault`] (its place in the count) until the fault is over: after the
+//! delay, or once aborted.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -16,7 +16,7 @@ use crate::pb::envoy::r#type::v3 as type_pb;
 use crate::pb::google::protobuf as pbuf;
 
 /// A validation error at a field path (its `Display` is `path: message`), built bottom-up: the innermost check names the
-/// field, and each enclosing level prepends its own field with [`FieldError::at`].
+/// field, and each enclosing level prepends its own field with `FieldError::at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
     path: String,
