@@ -401,8 +401,9 @@ async fn apply(client: &Client, updates: &mut Updates, got: &mut Received, updat
                 };
                 assert_eq!(route, ROUTE);
                 assert!(
-                    hcm.http_filters.last().is_some_and(|f| f.config.type_name()
-                        == "envoy.extensions.filters.http.router.v3.Router"),
+                    hcm.http_filters.last().is_some_and(
+                        |f| f.config == xds_proto_core::filter::HttpFilterConfig::Router
+                    ),
                     "the router filter ends the chain: {:?}",
                     hcm.http_filters
                 );

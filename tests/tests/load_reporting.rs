@@ -163,6 +163,7 @@ impl Run {
         PickArgs {
             hash: None,
             random: self.rng.next_u64(),
+            override_host: None,
         }
     }
 

@@ -383,7 +383,7 @@ pub(crate) fn to_json(r: &Resource) -> Value {
                             other => json!(format!("{other:?}")),
                         },
                         "http_filters": hcm.http_filters.iter().map(|f| json!({
-                            "name": f.name, "type_url": f.config.type_url, "is_optional": f.is_optional,
+                            "name": f.name, "type_url": f.config.type_url(), "is_optional": f.is_optional,
                         })).collect::<Vec<_>>(),
                         "max_stream_duration": hcm.max_stream_duration.map(|d| d.as_secs_f64()),
                     }
@@ -514,6 +514,7 @@ mod tests {
             max_requests: 1024,
             tls: Some(tls),
             outlier_detection: None,
+            override_host_status: Default::default(),
         };
         let r = Resource::Cluster(Arc::new(cluster));
         assert_eq!(

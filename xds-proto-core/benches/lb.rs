@@ -111,6 +111,7 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
         max_requests: u32::MAX,
         tls: None,
         outlier_detection: None,
+        override_host_status: Default::default(),
     };
     let config = ClusterConfig {
         cluster: Arc::new(cluster),
@@ -132,6 +133,7 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
         let args = PickArgs {
             hash: Some(rng.next()),
             random: rng.next(),
+            override_host: None,
         };
         if let Pick::Complete { call, .. } = lb.pick(now, CLUSTER, &args) {
             lb.call_finished(now, call, CallOutcome::Success);
@@ -149,6 +151,7 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
         let args = PickArgs {
             hash: None,
             random: rng.next(),
+            override_host: None,
         };
         if let Pick::Complete { call, address, .. } = lb.pick(now, CLUSTER, &args) {
             let report = load(address);
@@ -223,6 +226,7 @@ fn report_allocations() {
             let args = PickArgs {
                 hash: Some(rng.next()),
                 random: rng.next(),
+                override_host: None,
             };
             if let Pick::Complete { call, .. } = lb.pick(NOW, CLUSTER, &args) {
                 finish(&mut lb, call, &report);
@@ -240,6 +244,7 @@ fn report_allocations() {
         let args = PickArgs {
             hash: None,
             random: i,
+            override_host: None,
         };
         if let Pick::Complete { address, call, .. } = lb.pick(NOW, CLUSTER, &args) {
             let u = utilization(address);
@@ -278,6 +283,7 @@ fn bench(c: &mut Criterion) {
                 let args = PickArgs {
                     hash: Some(rng.next()),
                     random: rng.next(),
+                    override_host: None,
                 };
                 black_box(lb.pick(NOW, black_box(CLUSTER), &args))
             })
@@ -290,6 +296,7 @@ fn bench(c: &mut Criterion) {
                 let args = PickArgs {
                     hash: Some(rng.next()),
                     random: rng.next(),
+                    override_host: None,
                 };
                 if let Pick::Complete { call, .. } = lb.pick(NOW, CLUSTER, &args) {
                     finish(&mut lb, call, &report);

@@ -170,7 +170,11 @@ fn settle(lb: &mut LoadBalancer, now: Instant, down: Option<u16>) {
 fn picks(lb: &mut LoadBalancer, now: Instant, n: u64) -> BTreeMap<u16, u64> {
     let mut counts = BTreeMap::new();
     for random in 0..n {
-        let args = PickArgs { hash: None, random };
+        let args = PickArgs {
+            hash: None,
+            random,
+            override_host: None,
+        };
         if let Pick::Complete { address, call, .. } = lb.pick(now, "backends", &args) {
             *counts.entry(address.port()).or_default() += 1;
             lb.call_finished(now, call, CallOutcome::Success);

@@ -151,7 +151,15 @@ fn route_and_pick(config: &XdsConfig, lb: &mut LoadBalancer, now: Instant) -> Op
         .expect("a cluster, not a plugin");
     assert_eq!(cluster, "cluster-1");
     let hash = selection.request_hash(&headers[..], /* channel id */ 0);
-    match lb.pick(now, cluster, &PickArgs { hash, random: 1 }) {
+    match lb.pick(
+        now,
+        cluster,
+        &PickArgs {
+            hash,
+            random: 1,
+            override_host: None,
+        },
+    ) {
         Pick::Complete { address, call, .. } => {
             // ... send the RPC to `address`; when it ends:
             lb.call_finished(now, call, CallOutcome::Success);

@@ -110,7 +110,7 @@
 //! // runtime connects the subchannels the balancer asks for.
 //! let mut lb = LoadBalancer::new(LbSettings::new(/* seed */ 1));
 //! lb.update(now, &config);
-//! let args = PickArgs { hash: selection.request_hash(&headers[..], 0), random: 42 };
+//! let args = PickArgs { hash: selection.request_hash(&headers[..], 0), random: 42, override_host: None };
 //! assert_eq!(lb.pick(now, cluster, &args), Pick::Queue);
 //! while let Some(action) = lb.poll_action() {
 //!     if let LbAction::Connect { subchannel, address } = action {
@@ -165,10 +165,10 @@
 //! | A30 | xDS v3 | implemented | v3 only |
 //! | A31 | timeouts, the config selector, cluster lifetime | implemented | [`selector`] |
 //! | A32 | circuit breaking | implemented | [`lb`] (`max_requests`) |
-//! | A33 | fault injection | not yet | |
+//! | A33 | fault injection | implemented | [`filter::fault`]: delay, abort, header-controlled, `max_active_faults`; `XdsChannel` runs it |
 //! | A36 | xDS-enabled servers | not yet | a server Listener is decoded with its filter chains and their TLS (A29); no server runs it |
 //! | A37, A75 | aggregate and LOGICAL_DNS clusters | implemented | [`dependency`], [`lb`] |
-//! | A39 | HTTP filters | not yet | filter chains are validated (router last) and per-route overrides kept; only the router runs |
+//! | A39 | HTTP filters | implemented on clients | [`filter`]: configs parsed at decode time, overrides merged per route and weighted cluster, per-RPC decisions from [`selector::Selection::run_filters`]; server filter chains come with A36 |
 //! | A40 | CSDS | implemented | [`pool`], [`XdsClient::csds_configs_at`] |
 //! | A41 | RBAC | not yet | |
 //! | A42 | `ring_hash`, hash policies | implemented | [`lb`], [`selector::Selection::request_hash`] |
@@ -180,7 +180,7 @@
 //! | A51 | ORCA backend metrics | implemented | [`orca`] decodes reports bounded; the adapters read the per-call trailer, run out-of-band streams and give servers the recorders |
 //! | A52 | custom LB policies | implemented | [`resource::cluster::LbPolicyRegistry`], `XdsClientConfig::lb_policies`; the built-in policies go through it |
 //! | A53 | `ignore_resource_deletion` | accepted, not acted on | superseded by A88: deletions never drop a cached value unless `fail_on_data_errors` |
-//! | A55, A60 | stateful session affinity | not yet | |
+//! | A55, A60 | stateful session affinity | implemented | [`filter::stateful_session`], [`lb::PickArgs::override_host`], CDS `override_host_status`; DRAINING hosts are not kept for sessions |
 //! | A56 | the priority policy | implemented | [`lb`] |
 //! | A57 | failure modes: backoff, does-not-exist timer | implemented | [`client`] |
 //! | A58 | weighted round robin | implemented | [`lb`]: weights from ORCA reports, blackout, expiration; A100's slow start not yet |
@@ -193,6 +193,7 @@
 //! | A76 | ring hash: `request_hash_header`, endpoint `hash_key` | not yet | only the header hash function ([`lb::hash_header_value`]) |
 //! | A78 | XdsClient metrics | implemented | [`metrics`]; the WRR and `pick_first` metrics: not yet |
 //! | A81 | authority rewriting | accepted, not acted on | `trusted_xds_server` is read; `auto_host_rewrite` is not |
+//! | A83 | GCP authentication filter (`gcp_authn`) | accepted, not acted on | a client listener with it is accepted; the filter does not run (no token is attached) |
 //! | A88 | data errors | implemented | [`client`] |
 //! | xRFC TP3 | `resource_errors` in responses | implemented | [`client`] |
 

@@ -78,15 +78,30 @@ where
     T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     <T::ResponseBody as http_body::Body>::Error: Into<BoxError>,
 {
+    Ok(call_echo_response(channel, request).await?.into_inner())
+}
+
+/// [`call_echo`], with the response's metadata.
+///
+/// # Errors
+/// The RPC's status.
+pub async fn call_echo_response<T>(
+    channel: T,
+    request: tonic::Request<EchoRequest>,
+) -> Result<tonic::Response<EchoReply>, tonic::Status>
+where
+    T: GrpcService<tonic::body::Body>,
+    T::Error: Into<BoxError>,
+    T::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    <T::ResponseBody as http_body::Body>::Error: Into<BoxError>,
+{
     let mut grpc = Grpc::new(channel);
     grpc.ready()
         .await
         .map_err(|e| tonic::Status::unavailable(e.into().to_string()))?;
     let codec = ProstCodec::<EchoRequest, EchoReply>::default();
-    let response = grpc
-        .unary(request, PathAndQuery::from_static(ECHO_PATH), codec)
-        .await?;
-    Ok(response.into_inner())
+    grpc.unary(request, PathAndQuery::from_static(ECHO_PATH), codec)
+        .await
 }
 
 /// An echo request carrying `message`, answered at once.

@@ -52,6 +52,7 @@ pub mod config_suite;
 mod delta;
 pub mod demo;
 pub mod echo;
+pub mod filter_suite;
 mod host;
 mod lrs;
 pub mod lrs_suite;

@@ -22,17 +22,23 @@ use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use xds_proto_core::Instant;
 use xds_proto_core::dependency::XdsConfig;
+use xds_proto_core::filter::RpcFilters;
+use xds_proto_core::filter::fault::ActiveFaults;
 use xds_proto_core::lb::{
     CallOutcome, CallToken, ConnectivityState, LbAction, LoadBalancer, Pick, PickArgs, SubchannelId,
 };
 use xds_proto_core::orca::OrcaLoadReport;
-use xds_proto_core::selector::{ConfigSelector, Metadata, Selection};
+use xds_proto_core::selector::{ConfigSelector, Metadata, RandomSource, Seeded, Selection};
 
 use super::orca::{self, OobStart, OobStreams};
 use super::security::{EndpointSecurity, SecurityMap};
 use super::wire;
 use crate::runtime::Runtime;
 use crate::transport::Connection;
+
+/// The RPCs being faulted in the process (A33's `max_active_faults` counts every
+/// channel's): the one instance the core's fault filter counts in.
+static ACTIVE_FAULTS: ActiveFaults = ActiveFaults::new();
 
 /// What the channel knows about its target's configuration.
 pub(crate) enum Resolution {
@@ -168,6 +174,8 @@ pub(crate) struct State {
     resolution: Resolution,
     connections: Connections<SubchannelId>,
     rng: Xoshiro256PlusPlus,
+    /// The HTTP filters' draws, a stream of their own (see `filter_seed`).
+    filter_rng: Seeded,
     /// Bumped whenever the picker may have changed; queued RPCs wait for a new value.
     picker_generation: u64,
     queued: Vec<Waker>,
@@ -189,8 +197,9 @@ pub(crate) struct State {
 
 /// Where a pick for an RPC stands.
 pub(crate) enum PickResult {
-    /// Send the attempt on this connection; report its end through the token.
-    Ready(SendRequest<tonic::body::Body>, CallToken),
+    /// Send the attempt on this connection (to this address); report its end through
+    /// the token.
+    Ready(SendRequest<tonic::body::Body>, CallToken, SocketAddr),
     /// The attempt fails with this status (a retry policy may retry it).
     Failed(tonic::Status),
     /// The control plane's `drop_overloads` dropped the RPC: it fails with this status
@@ -262,7 +271,7 @@ impl<R: Runtime> Shared<R> {
     pub(crate) fn new(
         rt: R,
         lb: LoadBalancer,
-        seed: u64,
+        (seed, filter_seed): (u64, u64),
         driver: UnboundedSender<DriverEvent>,
         settings: super::ChannelSettings,
     ) -> Shared<R> {
@@ -273,6 +282,7 @@ impl<R: Runtime> Shared<R> {
                 resolution: Resolution::Waiting,
                 connections: Connections::new(),
                 rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+                filter_rng: Seeded(filter_seed),
                 picker_generation: 0,
                 queued: Vec::new(),
                 armed: None,
@@ -356,25 +366,36 @@ impl<R: Runtime> Shared<R> {
         });
     }
 
-    /// Routes an RPC: its selection, or why it fails, or `Ok(None)` while the target's
-    /// configuration has not arrived (wait for [`Self::picker_changed`] to move past
-    /// the returned generation).
+    /// Routes an RPC: its selection and what its HTTP filters decided (A39), or why it
+    /// fails, or `Ok(Err(generation))` while the target's configuration has not
+    /// arrived (wait for [`Self::picker_changed`] to move past the generation).
     pub(crate) fn route(
         &self,
         path: &str,
         headers: &impl Metadata,
-    ) -> Result<Result<Selection, u64>, tonic::Status> {
+    ) -> Result<Result<(Selection, RpcFilters<'static>), u64>, tonic::Status> {
         let mut state = self.lock();
         let State {
-            resolution, rng, ..
+            resolution,
+            rng,
+            filter_rng,
+            ..
         } = &mut *state;
         match resolution {
             Resolution::Waiting => Ok(Err(state.picker_generation)),
             Resolution::Failed(status) => Err(status.clone()),
-            Resolution::Ready(selector) => selector
-                .select(path, headers, &mut || rng.next_u32())
-                .map(Ok)
-                .map_err(|s| wire::tonic_status(&s)),
+            Resolution::Ready(selector) => {
+                let selection = selector
+                    .select(path, headers, &mut || rng.next_u32())
+                    .map_err(|s| wire::tonic_status(&s))?;
+                let filters = selection.run_filters(
+                    path,
+                    headers,
+                    &mut || filter_rng.next_u32(),
+                    &ACTIVE_FAULTS,
+                );
+                Ok(Ok((selection, filters)))
+            }
         }
     }
 
@@ -384,18 +405,22 @@ impl<R: Runtime> Shared<R> {
         self: &Arc<Self>,
         cluster: &str,
         hash: Option<u64>,
+        override_host: Option<SocketAddr>,
     ) -> Result<PickResult, u64> {
         let wait_for_ready = self.settings.wait_for_ready;
         self.mutate(|state, now| {
             let args = PickArgs {
                 hash,
                 random: state.rng.next_u64(),
+                override_host,
             };
             Ok(match state.lb.pick(now, cluster, &args) {
                 Pick::Complete {
-                    subchannel, call, ..
+                    subchannel,
+                    call,
+                    address,
                 } => match state.connections.usable(&subchannel) {
-                    Some(conn) => PickResult::Ready(conn.send.clone(), call),
+                    Some(conn) => PickResult::Ready(conn.send.clone(), call, address),
                     // Retired (GOAWAY, or closed) before the balancer heard of it: the
                     // retirement's report is on its way and changes the picker, so the
                     // RPC picks again then, as gRPC-Go's picker wrapper does (it ends

@@ -21,6 +21,8 @@ use std::time::Duration;
 use futures::future::{Either, select};
 use http::{HeaderMap, Method, Uri};
 use xds_proto_core::Instant;
+use xds_proto_core::filter::RpcFilters;
+use xds_proto_core::filter::stateful_session::SessionAffinity;
 use xds_proto_core::selector::Selection;
 
 use super::balancer::{CallEnd, CallReporter, PickResult, Shared};
@@ -137,14 +139,23 @@ pub(crate) async fn run<R: Runtime>(
         .and_then(wire::parse_grpc_timeout);
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut deadline = Deadline::new(&shared.rt, start, app_timeout);
-    let selection = match deadline.run(route(&shared, path, &parts.headers)).await {
-        None => return deadline_exceeded(),
-        Some(Err(status)) => return wire::trailers_only(status),
-        Some(Ok(selection)) => selection,
-    };
+    let (mut selection, mut filters) =
+        match deadline.run(route(&shared, path, &parts.headers)).await {
+            None => return deadline_exceeded(),
+            Some(Err(status)) => return wire::trailers_only(status),
+            Some(Ok(routed)) => routed,
+        };
+    // A60: the session cookie's cluster keeps the RPC there when its route has it.
+    if let Some(cluster) = filters.session.as_ref().and_then(|s| s.cluster.as_deref()) {
+        selection.stick_to_cluster(cluster);
+    }
+    let session = filters.session.take();
     let timeout = selection.effective_timeout(app_timeout);
     if timeout != app_timeout {
         deadline = Deadline::new(&shared.rt, start, timeout);
+    }
+    if let Some(response) = inject_fault(&shared.rt, filters, &mut deadline).await {
+        return response;
     }
     let uri = Uri::builder()
         .scheme("http")
@@ -156,27 +167,51 @@ pub(crate) async fn run<R: Runtime>(
         uri,
         headers: parts.headers,
     };
-    attempts(shared, head, body, selection, deadline).await
+    attempts(shared, head, body, selection, session, deadline).await
 }
 
-/// The route of an RPC, waiting for the first configuration.
+/// The route of an RPC and its filters' decisions, waiting for the first
+/// configuration.
 async fn route<R: Runtime>(
     shared: &Shared<R>,
     path: &str,
     headers: &HeaderMap,
-) -> Result<Selection, tonic::Status> {
+) -> Result<(Selection, RpcFilters<'static>), tonic::Status> {
     loop {
         match shared.route(path, &HeaderMetadata(headers))? {
-            Ok(selection) => return Ok(selection),
+            Ok(routed) => return Ok(routed),
             Err(generation) => PickerChanged { shared, generation }.await,
         }
     }
 }
 
+/// Fault injection (A33), before anything of the RPC is sent: the delay (within the
+/// deadline), then the abort, whose Trailers-Only response ends the RPC. `None`: go
+/// on. The RPC stops counting as faulted once this returns.
+async fn inject_fault<R: Runtime>(
+    rt: &R,
+    filters: RpcFilters<'static>,
+    deadline: &mut Deadline,
+) -> Option<Response> {
+    let fault = filters.fault?;
+    if let Some(delay) = fault.delay
+        && deadline.run(rt.sleep(delay)).await.is_none()
+    {
+        return Some(deadline_exceeded());
+    }
+    let status = fault.abort_status()?;
+    Some(wire::trailers_only(wire::tonic_status(&status)))
+}
+
 /// A pick for an attempt, waiting while the balancer queues it.
-async fn pick<R: Runtime>(shared: &Arc<Shared<R>>, cluster: &str, hash: Option<u64>) -> PickResult {
+async fn pick<R: Runtime>(
+    shared: &Arc<Shared<R>>,
+    cluster: &str,
+    hash: Option<u64>,
+    override_host: Option<std::net::SocketAddr>,
+) -> PickResult {
     loop {
-        match shared.pick(cluster, hash) {
+        match shared.pick(cluster, hash, override_host) {
             Ok(done) => return done,
             Err(generation) => {
                 PickerChanged {
@@ -207,6 +242,7 @@ async fn attempts<R: Runtime>(
     mut head: RequestHead,
     body: tonic::body::Body,
     selection: Selection,
+    session: Option<SessionAffinity>,
     mut deadline: Deadline,
 ) -> Response {
     let policy = selection
@@ -217,20 +253,26 @@ async fn attempts<R: Runtime>(
     let hash = selection.request_hash(&HeaderMetadata(&head.headers), shared.settings.channel_id);
     let mut bodies = AttemptBodies::new(body, policy.is_some());
     let reporter: Arc<dyn CallReporter> = shared.clone();
+    let override_host = session.as_ref().and_then(|s| s.override_host);
+    let mut picked = None;
     loop {
         let Some(attempt_body) = bodies.next() else {
             return wire::trailers_only(tonic::Status::unavailable(
                 "the request was too long to retry",
             ));
         };
-        let end = match deadline.run(pick(&shared, &cluster, hash)).await {
+        let end = match deadline
+            .run(pick(&shared, &cluster, hash, override_host))
+            .await
+        {
             None => return deadline_exceeded(),
             Some(PickResult::Dropped(status)) => return wire::trailers_only(status),
             Some(PickResult::Failed(status)) => AttemptEnd::Failed {
                 status,
                 pushback: None,
             },
-            Some(PickResult::Ready(send, call)) => {
+            Some(PickResult::Ready(send, call, address)) => {
+                picked = Some(address);
                 // Without a retry policy this is the only attempt.
                 let last = !bodies.replays();
                 let remaining = deadline.remaining(&shared.rt);
@@ -250,7 +292,10 @@ async fn attempts<R: Runtime>(
             }
         };
         let (status, pushback) = match end {
-            AttemptEnd::Commit(response) => return response,
+            AttemptEnd::Commit(mut response) => {
+                set_session_cookie(&mut response, session.as_ref(), picked, &cluster);
+                return response;
+            }
             AttemptEnd::Failed { status, pushback } => (status, pushback),
         };
         let random = shared.random_u32();
@@ -264,6 +309,30 @@ async fn attempts<R: Runtime>(
         if deadline.run(shared.rt.sleep(delay)).await.is_none() {
             return deadline_exceeded();
         }
+    }
+}
+
+/// A55: the response names the host (and A60 the cluster) that served the RPC in its
+/// session cookie, when the request's cookie named another.
+fn set_session_cookie(
+    response: &mut Response,
+    session: Option<&SessionAffinity>,
+    picked: Option<std::net::SocketAddr>,
+    cluster: &str,
+) {
+    let (Some(session), Some(host)) = (session, picked) else {
+        return;
+    };
+    let Some(cookie) = session.set_cookie(host, cluster) else {
+        return;
+    };
+    match http::HeaderValue::try_from(cookie) {
+        Ok(value) => {
+            response
+                .headers_mut()
+                .append(http::header::SET_COOKIE, value);
+        }
+        Err(e) => tracing::warn!(error = %e, "a session cookie that is no header value"),
     }
 }
 

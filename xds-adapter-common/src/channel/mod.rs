@@ -145,6 +145,7 @@ impl<R: Runtime> XdsChannel<R> {
             source: Source::DefaultPool,
             runtime: None,
             seed: None,
+            filter_seed: None,
             wait_for_ready: false,
             transport: TransportSettings::endpoint_defaults(),
             failover_timeout: DEFAULT_FAILOVER_TIMEOUT,
@@ -171,6 +172,7 @@ pub struct XdsChannelBuilder<R> {
     source: Source<R>,
     runtime: Option<R>,
     seed: Option<u64>,
+    filter_seed: Option<u64>,
     wait_for_ready: bool,
     transport: TransportSettings,
     failover_timeout: Duration,
@@ -183,6 +185,7 @@ impl<R> fmt::Debug for XdsChannelBuilder<R> {
         f.debug_struct("XdsChannelBuilder")
             .field("target", &self.target)
             .field("seed", &self.seed)
+            .field("filter_seed", &self.filter_seed)
             .field("wait_for_ready", &self.wait_for_ready)
             .field("transport", &self.transport)
             .field("failover_timeout", &self.failover_timeout)
@@ -215,6 +218,16 @@ impl<R: Runtime> XdsChannelBuilder<R> {
     /// Default: a random seed.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Seeds the HTTP filters' per-RPC draws (A39: fault percentages, A33) on a stream
+    /// of their own, the core's [`Seeded`](xds_proto_core::selector::Seeded) from this
+    /// number: the `n`th RPC that draws takes the stream's next numbers whatever the
+    /// picks and retries drew, so a test can count its faults exactly. Default:
+    /// derived from the [`seed`](Self::seed).
+    pub fn filter_seed(mut self, seed: u64) -> Self {
+        self.filter_seed = Some(seed);
         self
     }
 
@@ -318,7 +331,14 @@ impl<R: Runtime> XdsChannelBuilder<R> {
         let mut lb_settings = LbSettings::new(seed ^ 0x9e37_79b9_7f4a_7c15);
         lb_settings.failover_timeout = self.failover_timeout;
         let lb = LoadBalancer::new(lb_settings);
-        let shared = Arc::new(Shared::new(rt.clone(), lb, seed, events_tx, settings));
+        let filter_seed = self.filter_seed.unwrap_or(seed ^ 0x3c6e_f372_fe94_f82b);
+        let shared = Arc::new(Shared::new(
+            rt.clone(),
+            lb,
+            (seed, filter_seed),
+            events_tx,
+            settings,
+        ));
         let (stop, stopped) = oneshot::channel();
         let driver = drive(shared.clone(), client, self.target.clone(), events, stopped);
         rt.spawn(Box::pin(driver));

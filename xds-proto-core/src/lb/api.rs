@@ -100,6 +100,12 @@ pub struct PickArgs {
     /// A fresh random number for this pick (drops, locality choice, least-request
     /// sampling). The core draws no randomness of its own on the pick path.
     pub random: u64,
+    /// The host a stateful session asks for (A55: the RPC's session cookie). It is
+    /// picked when it is an endpoint of the cluster's priority in use whose health the
+    /// cluster's `override_host_status` allows: at once when READY, after a connection
+    /// attempt when IDLE, the pick queued while it is CONNECTING; otherwise (unknown,
+    /// disallowed, TRANSIENT_FAILURE) the policy picks as usual. `None`: no session.
+    pub override_host: Option<SocketAddr>,
 }
 
 /// The result of a pick.

@@ -419,6 +419,10 @@ impl LeafCluster {
             return Pick::Fail(self.breaker_status.clone());
         }
         let current = self.failover.current();
+        let overridden = match (args.override_host, current) {
+            (Some(host), Some(priority)) => self.override_host(pool, priority, host),
+            _ => None,
+        };
         let Some(child) = current.and_then(|i| self.children[i].as_mut()) else {
             if self.awaits_resolution() {
                 return Pick::Queue;
@@ -431,7 +435,11 @@ impl LeafCluster {
             weights: self.weights.as_mut(),
             now,
         };
-        match child.pick(&mut ctx, args.hash, rng) {
+        let picked = match overridden {
+            Some(picked) => picked,
+            None => child.pick(&mut ctx, args.hash, rng),
+        };
+        match picked {
             Picked::Subchannel(subchannel) => {
                 let Some(address) = ctx.pool.call_started(subchannel) else {
                     return Pick::Fail(self.failure_status.clone());
@@ -452,6 +460,49 @@ impl LeafCluster {
             }
             Picked::Queue => Pick::Queue,
             Picked::Fail => Pick::Fail(self.failure_status.clone()),
+        }
+    }
+
+    /// A55's override host: when `host` is an endpoint (or one of its addresses) of
+    /// the priority in use, with a health status the cluster's `override_host_status`
+    /// allows, and the cluster holds its subchannel: that subchannel when READY; queue
+    /// while it connects (an IDLE one is asked to connect first). `None`: the policy
+    /// picks as usual (the host is unknown, disallowed, or in TRANSIENT_FAILURE).
+    fn override_host(
+        &self,
+        pool: &mut SubchannelPool,
+        priority: usize,
+        host: SocketAddr,
+    ) -> Option<Picked> {
+        let Source::Eds(Ok(endpoints)) = &self.source else {
+            return None;
+        };
+        let allowed = self.resource.override_host_status;
+        let listed = endpoints
+            .priorities
+            .get(priority)?
+            .localities
+            .iter()
+            .flat_map(|l| &l.endpoints)
+            .any(|e| {
+                allowed.contains(e.health_status)
+                    && (e.address == host || e.additional_addresses.contains(&host))
+            });
+        if !listed {
+            return None;
+        }
+        let id = pool.find(host)?;
+        if self.subchannels.binary_search(&id).is_err() {
+            return None;
+        }
+        match pool.state(id) {
+            ConnectivityState::Ready => Some(Picked::Subchannel(id)),
+            ConnectivityState::Idle => {
+                pool.connect(id);
+                Some(Picked::Queue)
+            }
+            ConnectivityState::Connecting => Some(Picked::Queue),
+            ConnectivityState::TransientFailure => None,
         }
     }
 

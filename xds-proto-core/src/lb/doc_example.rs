@@ -33,6 +33,7 @@ use xds_proto_core::lb::{
 #         max_requests: 1024,
 #         tls: None,
 #         outlier_detection: None,
+#         override_host_status: Default::default(),
 #     };
 #     let config = ClusterConfig {
 #         load_stats: None,
@@ -54,7 +55,7 @@ lb.update_clusters(now, &clusters(&[8080, 8081]));
 
 // Per RPC: the cluster the config selector chose, a request hash (ring_hash) and a
 // random number from the runtime's generator.
-let args = |i: u64| PickArgs { hash: None, random: i.wrapping_mul(0x9e37_79b9_7f4a_7c15) };
+let args = |i: u64| PickArgs { hash: None, random: i.wrapping_mul(0x9e37_79b9_7f4a_7c15), override_host: None };
 // The first pick starts the cluster: nothing is connected yet, so the RPC waits.
 assert_eq!(lb.pick(now, "backend", &args(0)), Pick::Queue);
 

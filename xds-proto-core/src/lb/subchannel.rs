@@ -172,6 +172,11 @@ impl SubchannelPool {
         id
     }
 
+    /// The subchannel of `address`, if there is one (no reference taken).
+    pub(super) fn find(&self, address: SocketAddr) -> Option<SubchannelId> {
+        self.by_address.get(&address).copied()
+    }
+
     /// Drops a reference; the last one disconnects and forgets the subchannel.
     pub(super) fn release(&mut self, id: SubchannelId) {
         let Some(slot) = live_slot(&mut self.slots, id) else {

@@ -17,6 +17,7 @@ use crate::resource::endpoint::{
 
 mod bounds;
 mod custom;
+mod override_host;
 mod properties;
 mod simulation;
 mod wrr;
@@ -93,6 +94,7 @@ pub(super) fn cluster_resource(name: &str, lb_policy: LbPolicy) -> ClusterResour
         max_requests: 1024,
         tls: None,
         outlier_detection: None,
+        override_host_status: Default::default(),
     }
 }
 
@@ -234,9 +236,15 @@ impl Net {
     }
 
     pub(super) fn pick(&mut self, cluster: &str, random: u64) -> Pick {
-        let pick = self
-            .lb
-            .pick(self.now, cluster, &PickArgs { hash: None, random });
+        let pick = self.lb.pick(
+            self.now,
+            cluster,
+            &PickArgs {
+                hash: None,
+                random,
+                override_host: None,
+            },
+        );
         self.settle();
         pick
     }
@@ -725,6 +733,7 @@ fn ring_hash_sends_one_hash_to_one_endpoint_and_connects_lazily() {
     let args = |hash| PickArgs {
         hash: Some(hash),
         random: 0,
+        override_host: None,
     };
     // Nothing connects until a pick lands: that endpoint only.
     let pick = net.lb.pick(net.now, "c", &args(42));
@@ -752,6 +761,7 @@ fn ring_hash_skips_a_failed_endpoint_to_the_next_on_the_ring() {
     let args = PickArgs {
         hash: Some(7),
         random: 0,
+        override_host: None,
     };
     net.lb.pick(net.now, "c", &args);
     net.settle();

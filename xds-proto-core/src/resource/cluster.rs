@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::endpoint::HealthStatus;
 use super::listener::check_ads_or_self;
 use super::tls::{check_socket_type, parse_upstream};
 use super::validate::{
@@ -69,6 +70,60 @@ pub struct ClusterResource {
     pub tls: Option<UpstreamTls>,
     /// Outlier detection (A50), when the cluster sets `outlier_detection`.
     pub outlier_detection: Option<OutlierDetection>,
+    /// `common_lb_config.override_host_status` (A55): the health statuses of the
+    /// endpoints a session cookie may pick.
+    pub override_host_status: OverrideHostStatus,
+}
+
+/// The endpoint health statuses whose hosts stateful session affinity may pick
+/// (`common_lb_config.override_host_status`, A55): gRPC considers UNKNOWN, HEALTHY and
+/// DRAINING and ignores the others; unset means UNKNOWN and HEALTHY, an empty set none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OverrideHostStatus(u8);
+
+impl OverrideHostStatus {
+    const UNKNOWN: u8 = 1;
+    const HEALTHY: u8 = 2;
+    const DRAINING: u8 = 4;
+
+    /// UNKNOWN and HEALTHY (the default when the field is unset).
+    pub const DEFAULT: OverrideHostStatus =
+        OverrideHostStatus(OverrideHostStatus::UNKNOWN | OverrideHostStatus::HEALTHY);
+
+    /// No status: session cookies never pick a host.
+    pub const NONE: OverrideHostStatus = OverrideHostStatus(0);
+
+    /// Whether an endpoint with `status` may be picked by a session cookie.
+    pub fn contains(self, status: HealthStatus) -> bool {
+        let bit = match status {
+            HealthStatus::Unknown => OverrideHostStatus::UNKNOWN,
+            HealthStatus::Healthy => OverrideHostStatus::HEALTHY,
+            HealthStatus::Draining => OverrideHostStatus::DRAINING,
+            _ => 0,
+        };
+        self.0 & bit != 0
+    }
+
+    fn of(set: Option<&core_pb::HealthStatusSet>) -> OverrideHostStatus {
+        let Some(set) = set else {
+            return OverrideHostStatus::DEFAULT;
+        };
+        let bits = set.statuses.iter().fold(0, |bits, s| {
+            bits | match core_pb::HealthStatus::try_from(*s) {
+                Ok(core_pb::HealthStatus::Unknown) => OverrideHostStatus::UNKNOWN,
+                Ok(core_pb::HealthStatus::Healthy) => OverrideHostStatus::HEALTHY,
+                Ok(core_pb::HealthStatus::Draining) => OverrideHostStatus::DRAINING,
+                _ => 0,
+            }
+        });
+        OverrideHostStatus(bits)
+    }
+}
+
+impl Default for OverrideHostStatus {
+    fn default() -> OverrideHostStatus {
+        OverrideHostStatus::DEFAULT
+    }
 }
 
 /// A cluster's outlier detection (gRFC A50), with gRPC's defaults applied.
@@ -292,6 +347,9 @@ fn parse_cluster(
         max_requests,
         tls,
         outlier_detection,
+        override_host_status: OverrideHostStatus::of(
+            (cluster.common_lb_config.as_ref()).and_then(|c| c.override_host_status.as_ref()),
+        ),
     })
 }
 

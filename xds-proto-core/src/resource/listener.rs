@@ -16,13 +16,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::route::{RouteConfigResource, TypedConfig, parse_route_configuration};
+use super::route::{RouteConfigResource, parse_route_configuration};
 use super::tls::{DOWNSTREAM_TLS_CONTEXT_TYPE, check_socket_type, parse_downstream};
 use super::validate::{
     FieldError, PortRange, decode_message, decode_resource, duration, optional, required,
     socket_port, type_name, typed_config,
 };
 use super::{DecodeContext, DecodeError};
+use crate::filter::HttpFilterConfig;
 use crate::pb::envoy::config::core::v3 as core_pb;
 use crate::pb::envoy::config::listener::v3 as listener_pb;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm_pb;
@@ -123,14 +124,6 @@ pub fn supported_http_filter(type_name: &str) -> Option<&'static SupportedHttpFi
         .find(|f| f.type_name() == type_name)
 }
 
-/// Whether `type_name` is a config type a supported filter accepts as a per-route
-/// override (its override type or its top-level type).
-pub(super) fn is_supported_filter_override(name: &str) -> bool {
-    SUPPORTED_HTTP_FILTERS
-        .iter()
-        .any(|f| f.type_name() == name || f.override_type_urls.iter().any(|u| type_name(u) == name))
-}
-
 /// A validated `Listener`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ListenerResource {
@@ -201,8 +194,8 @@ pub enum RouteSource {
 pub struct HttpFilter {
     /// The filter instance name (non-empty, unique in the chain).
     pub name: String,
-    /// The filter config; [`TypedConfig::type_url`] identifies the filter type.
-    pub config: TypedConfig,
+    /// The filter config, parsed once by its filter (A39).
+    pub config: HttpFilterConfig,
     /// `is_optional`.
     pub is_optional: bool,
 }
@@ -435,6 +428,14 @@ fn parse_http_filter(
             ),
         ));
     }
+    // The filter validates its config once, here (A39); a bad config NACKs even when
+    // the filter is optional (only an unknown type is skipped).
+    let Some(config) = HttpFilterConfig::parse(&config).map_err(|e| e.at("typed_config"))? else {
+        return Err(FieldError::new(
+            "typed_config",
+            format!("unsupported filter type {:?}", config.type_url),
+        ));
+    };
     let parsed = HttpFilter {
         name: filter.name.clone(),
         config,
@@ -456,7 +457,7 @@ fn check_router_is_last(kept: &[(usize, HttpFilter, bool)]) -> Result<(), FieldE
             format!("[{last_index}]"),
             format!(
                 "the last HTTP filter must be the router ({ROUTER_FILTER_TYPE_URL}), found {:?}",
-                last.config.type_url
+                last.config.type_url()
             ),
         ));
     }

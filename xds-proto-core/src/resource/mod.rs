@@ -16,7 +16,7 @@ pub mod endpoint;
 pub mod listener;
 pub mod route;
 pub(crate) mod tls;
-mod validate;
+pub(crate) mod validate;
 
 pub use context::DecodeContext;
 pub use validate::FieldError;
@@ -469,6 +469,7 @@ mod convenience_tests {
             max_requests: 1024,
             tls: None,
             outlier_detection: None,
+            override_host_status: Default::default(),
         };
         let cds = ResourceValue::new::<Cds>(cluster.clone());
         let other = ResourceValue::new::<OtherClusters>(cluster);
@@ -492,6 +493,7 @@ mod convenience_tests {
             max_requests: 1024,
             tls: None,
             outlier_detection: None,
+            override_host_status: Default::default(),
         };
         assert_eq!(c.eds_service_name(), Some("c1"));
         c.cluster_type = ClusterType::Eds {

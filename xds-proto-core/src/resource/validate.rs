@@ -82,7 +82,7 @@ impl fmt::Display for FieldError {
 pub(super) const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
 
 /// Converts a `google.protobuf.Duration`, rejecting negative or out-of-range values.
-pub(super) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
+pub(crate) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
     let seconds = u64::try_from(d.seconds)
         .ok()
         .filter(|s| *s <= MAX_DURATION_SECONDS)
@@ -108,13 +108,13 @@ pub(super) fn duration(d: &pbuf::Duration) -> Result<Duration, FieldError> {
 }
 
 /// A required message field: its value, or [`FieldError::missing`] at `field`.
-pub(super) fn required<T>(value: Option<&T>, field: impl Into<String>) -> Result<&T, FieldError> {
+pub(crate) fn required<T>(value: Option<&T>, field: impl Into<String>) -> Result<&T, FieldError> {
     value.ok_or_else(|| FieldError::missing(field))
 }
 
 /// Parses an optional field with `parse`, placing its error at `field`; `None` when the
 /// field is absent.
-pub(super) fn optional<T, U>(
+pub(crate) fn optional<T, U>(
     value: Option<&T>,
     field: &str,
     parse: impl FnOnce(&T) -> Result<U, FieldError>,
@@ -148,7 +148,7 @@ pub(super) fn fraction_per_million(fp: &type_pb::FractionalPercent) -> Result<u3
 }
 
 /// The type name in a type URL: the part after the last `/`.
-pub(super) fn type_name(type_url: &str) -> &str {
+pub(crate) fn type_name(type_url: &str) -> &str {
     type_url.rsplit('/').next().unwrap_or(type_url)
 }
 
@@ -164,7 +164,7 @@ struct TypedStructHeader {
 }
 
 /// Validates an extension's `Any` and unwraps a `TypedStruct` to learn its real type.
-pub(super) fn typed_config(any: &pbuf::Any) -> Result<TypedConfig, FieldError> {
+pub(crate) fn typed_config(any: &pbuf::Any) -> Result<TypedConfig, FieldError> {
     check_type_url(&any.type_url).map_err(|e| e.at("type_url"))?;
     if !TYPED_STRUCT_TYPES.contains(&type_name(&any.type_url)) {
         return Ok(TypedConfig {
@@ -248,7 +248,7 @@ pub(super) fn decode_resource<M: Message + Default>(
 
 /// Decodes the serialized message `bytes` (an `Any`'s value, usually) as `M`, named
 /// `message` in the error, which is at `field`.
-pub(super) fn decode_message<M: Message + Default>(
+pub(crate) fn decode_message<M: Message + Default>(
     bytes: &[u8],
     field: &str,
     message: &str,

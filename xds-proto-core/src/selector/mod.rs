@@ -57,6 +57,9 @@ pub use route_table::{RouteTable, RouteTableStats};
 use crate::DetHashMap;
 use crate::client::{Code, Status};
 use crate::dependency::XdsConfig;
+use crate::filter::fault::ActiveFaults;
+use crate::filter::{ClientFilters, RpcFilters};
+use crate::resource::listener::HttpFilter;
 use crate::resource::route::{
     ClusterSpecifier, ClusterSpecifierPlugin, ForwardAction, HashPolicy, RetryPolicy, Route,
     RouteAction, VirtualHost,
@@ -136,10 +139,12 @@ enum Action {
     Inappropriate,
     /// One cluster or plugin.
     Single(Target),
-    /// Weighted clusters: `ends[i]` is the cumulative weight through `targets[i]`.
+    /// Weighted clusters: `ends[i]` is the cumulative weight through `targets[i]`,
+    /// whose RPCs run `filters[i]` (the weighted cluster's overrides applied, A39).
     Weighted {
         ends: Box<[u32]>,
         targets: Box<[Target]>,
+        filters: Box<[Option<Arc<ClientFilters>>]>,
     },
 }
 
@@ -151,6 +156,8 @@ struct RouteEntry {
     action: Action,
     retry_policy: Option<RetryPolicy>,
     timeout_cap: Option<Duration>,
+    /// The HTTP filters of a single-target route; `None` when they run nothing.
+    filters: Option<Arc<ClientFilters>>,
 }
 
 /// The outcome of a successful pick: everything the channel needs for the RPC.
@@ -161,6 +168,7 @@ struct RouteEntry {
 pub struct Selection {
     entry: Arc<RouteEntry>,
     cluster: ClusterHandle,
+    filters: Option<Arc<ClientFilters>>,
 }
 
 impl Selection {
@@ -205,6 +213,60 @@ impl Selection {
         self.entry.retry_policy.as_ref()
     }
 
+    /// The HTTP filters this RPC runs (A39), their overrides merged for the route and
+    /// the picked weighted cluster; `None` when they run nothing.
+    pub fn filters(&self) -> Option<&ClientFilters> {
+        self.filters.as_deref()
+    }
+
+    /// Runs the RPC's HTTP filters: what they decided from its method `path`, its
+    /// `metadata` (request headers) and the caller's random source, faults counted in
+    /// `active_faults` (one per process, A33). Nothing is drawn, and nothing
+    /// allocated, for a route whose filters run nothing.
+    pub fn run_filters<'a, M, R>(
+        &self,
+        path: &str,
+        metadata: &M,
+        rng: &mut R,
+        active_faults: &'a ActiveFaults,
+    ) -> RpcFilters<'a>
+    where
+        M: Metadata + ?Sized,
+        R: RandomSource + ?Sized,
+    {
+        match &self.filters {
+            None => RpcFilters::default(),
+            Some(filters) => filters.on_rpc(path, metadata, rng, active_faults),
+        }
+    }
+
+    /// Moves the RPC to `cluster` when its route can send RPCs there (its cluster, or
+    /// one of its weighted clusters that resolved): A60's stateful session keeps an RPC
+    /// on the cluster its cookie names. Returns whether it moved (or was there).
+    pub fn stick_to_cluster(&mut self, cluster: &str) -> bool {
+        if self.cluster.cluster() == Some(cluster) {
+            return true;
+        }
+        let Action::Weighted {
+            targets, filters, ..
+        } = &self.entry.action
+        else {
+            return false;
+        };
+        let found = targets
+            .iter()
+            .zip(filters.iter())
+            .find(|(t, _)| t.error.is_none() && t.handle.cluster() == Some(cluster));
+        match found {
+            Some((target, filters)) => {
+                self.cluster = target.handle.clone();
+                self.filters = filters.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The route's hash policies (A42), in order.
     pub fn hash_policies(&self) -> &[HashPolicy] {
         match &self.entry.route.action {
@@ -219,12 +281,34 @@ impl Selection {
 struct Targets<'a, E> {
     registry: &'a mut ClusterRegistry,
     plugins: &'a [ClusterSpecifierPlugin],
+    http_filters: &'a [HttpFilter],
+    virtual_host: &'a VirtualHost,
     /// The status RPCs routed to a cluster fail with, when it could not be resolved.
     cluster_error: E,
     issued: DetHashMap<String, Target>,
 }
 
 impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
+    /// The filters RPCs of `route` (to `cluster`, for a weighted cluster) run, with the
+    /// most specific overrides (A39).
+    fn filters(
+        &self,
+        route: &Route,
+        cluster: Option<&crate::resource::route::WeightedCluster>,
+    ) -> Option<Arc<ClientFilters>> {
+        if self.http_filters.is_empty() {
+            return None;
+        }
+        ClientFilters::build(
+            self.http_filters,
+            [
+                cluster.map(|c| &c.typed_per_filter_config),
+                Some(&route.typed_per_filter_config),
+                Some(&self.virtual_host.typed_per_filter_config),
+            ],
+        )
+    }
+
     /// The target of `child`, issued once per selector.
     fn target(&mut self, child: ClusterManagerChild, error: Option<Status>) -> Target {
         let key = child.child_name();
@@ -245,21 +329,24 @@ impl<E: Fn(&str) -> Option<Status>> Targets<'_, E> {
     }
 
     /// Where a forwarding route sends its RPCs.
-    fn action(&mut self, forward: &ForwardAction) -> Action {
+    fn action(&mut self, route: &Route, forward: &ForwardAction) -> Action {
         match &forward.cluster {
             ClusterSpecifier::Cluster(name) => Action::Single(self.cluster(name)),
             ClusterSpecifier::WeightedClusters(clusters) => {
                 let mut end = 0u32;
                 let mut ends = Vec::with_capacity(clusters.len());
                 let mut targets = Vec::with_capacity(clusters.len());
+                let mut filters = Vec::with_capacity(clusters.len());
                 for wc in clusters {
                     end = end.saturating_add(wc.weight);
                     ends.push(end);
                     targets.push(self.cluster(&wc.name));
+                    filters.push(self.filters(route, Some(wc)));
                 }
                 Action::Weighted {
                     ends: ends.into_boxed_slice(),
                     targets: targets.into_boxed_slice(),
+                    filters: filters.into_boxed_slice(),
                 }
             }
             ClusterSpecifier::ClusterSpecifierPlugin(name) => {
@@ -331,6 +418,7 @@ impl ConfigSelector {
             config.virtual_host(),
             &config.route_config.cluster_specifier_plugins,
             config.max_stream_duration,
+            &config.http_filters,
             registry,
             |name| match config.clusters.get(name) {
                 Some(Ok(_)) => None,
@@ -346,17 +434,37 @@ impl ConfigSelector {
         )
     }
 
-    /// The selector for a bare virtual host, every cluster taken as usable.
+    /// The selector for a bare virtual host, every cluster taken as usable, without
+    /// HTTP filters.
     pub fn from_virtual_host(
         virtual_host: &VirtualHost,
         plugins: &[ClusterSpecifierPlugin],
         hcm_max_stream_duration: Option<Duration>,
         registry: &mut ClusterRegistry,
     ) -> ConfigSelector {
+        ConfigSelector::from_virtual_host_with_filters(
+            virtual_host,
+            plugins,
+            hcm_max_stream_duration,
+            &[],
+            registry,
+        )
+    }
+
+    /// [`from_virtual_host`](Self::from_virtual_host) with an HCM's HTTP filters, which
+    /// the selections carry with the route's overrides merged (A39).
+    pub fn from_virtual_host_with_filters(
+        virtual_host: &VirtualHost,
+        plugins: &[ClusterSpecifierPlugin],
+        hcm_max_stream_duration: Option<Duration>,
+        http_filters: &[HttpFilter],
+        registry: &mut ClusterRegistry,
+    ) -> ConfigSelector {
         ConfigSelector::build(
             virtual_host,
             plugins,
             hcm_max_stream_duration,
+            http_filters,
             registry,
             |_| None,
         )
@@ -366,12 +474,15 @@ impl ConfigSelector {
         vh: &VirtualHost,
         plugins: &[ClusterSpecifierPlugin],
         hcm_max_stream_duration: Option<Duration>,
+        http_filters: &[HttpFilter],
         registry: &mut ClusterRegistry,
         cluster_error: impl Fn(&str) -> Option<Status>,
     ) -> ConfigSelector {
         let mut targets = Targets {
             registry,
             plugins,
+            http_filters,
+            virtual_host: vh,
             cluster_error,
             issued: DetHashMap::default(),
         };
@@ -382,7 +493,7 @@ impl ConfigSelector {
             .map(|(index, route)| {
                 let (action, retry_policy, timeout_cap) = match &route.action {
                     RouteAction::Forward(f) => (
-                        targets.action(f),
+                        targets.action(route, f),
                         f.retry_policy.clone().or_else(|| vh.retry_policy.clone()),
                         timeout_cap(
                             f.grpc_timeout_header_max,
@@ -394,12 +505,17 @@ impl ConfigSelector {
                         (Action::Inappropriate, None, None)
                     }
                 };
+                let filters = match &action {
+                    Action::Single(_) => targets.filters(route, None),
+                    Action::Inappropriate | Action::Weighted { .. } => None,
+                };
                 Arc::new(RouteEntry {
                     index,
                     route: route.clone(),
                     action,
                     retry_policy,
                     timeout_cap,
+                    filters,
                 })
             })
             .collect();
@@ -456,18 +572,22 @@ impl ConfigSelector {
         let Some(entry) = self.entries.get(index) else {
             return Err(Status::new(Code::UNAVAILABLE, NO_MATCHING_ROUTE));
         };
-        let target = match &entry.action {
+        let (target, filters) = match &entry.action {
             Action::Inappropriate => {
                 return Err(Status::new(Code::UNAVAILABLE, INAPPROPRIATE_ACTION));
             }
-            Action::Single(t) => t,
-            Action::Weighted { ends, targets } => {
+            Action::Single(t) => (t, &entry.filters),
+            Action::Weighted {
+                ends,
+                targets,
+                filters,
+            } => {
                 let total = ends.last().copied().unwrap_or(0);
                 let key = ((u64::from(rng.next_u32()) * u64::from(total)) >> 32) as u32;
                 let i = ends.partition_point(|&end| end <= key);
-                match targets.get(i) {
-                    Some(t) => t,
-                    None => return Err(Status::new(Code::UNAVAILABLE, INAPPROPRIATE_ACTION)),
+                match (targets.get(i), filters.get(i)) {
+                    (Some(t), Some(f)) => (t, f),
+                    _ => return Err(Status::new(Code::UNAVAILABLE, INAPPROPRIATE_ACTION)),
                 }
             }
         };
@@ -477,6 +597,7 @@ impl ConfigSelector {
         Ok(Selection {
             entry: entry.clone(),
             cluster: target.handle.clone(),
+            filters: filters.clone(),
         })
     }
 }

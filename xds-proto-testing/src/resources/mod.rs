@@ -40,6 +40,7 @@ use xds_proto_core::resource::type_url;
 
 mod cluster;
 mod endpoint;
+mod filter;
 mod listener;
 pub mod mesh;
 mod route;
@@ -47,6 +48,7 @@ mod server_listener;
 
 pub use cluster::*;
 pub use endpoint::*;
+pub use filter::*;
 pub use listener::*;
 pub use route::*;
 pub use server_listener::*;

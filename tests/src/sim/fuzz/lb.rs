@@ -326,6 +326,7 @@ impl Run {
         let args = PickArgs {
             hash: u.arbitrary()?,
             random: u.arbitrary()?,
+            override_host: None,
         };
         if let Pick::Complete {
             subchannel,

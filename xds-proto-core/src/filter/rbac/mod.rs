@@ -162,6 +162,14 @@ impl RbacPerRoute {
         parse::rbac_per_route_bytes(bytes).map(|rbac| RbacPerRoute { rbac })
     }
 
+    /// An override that replaces the filter's config with `config` (a whole `RBAC`
+    /// message given as a route's override, A39).
+    pub fn replacing(config: RbacConfig) -> RbacPerRoute {
+        RbacPerRoute {
+            rbac: Some(config),
+        }
+    }
+
     /// The route's config; `None` when the override disables the filter.
     pub fn config(&self) -> Option<&RbacConfig> {
         self.rbac.as_ref()

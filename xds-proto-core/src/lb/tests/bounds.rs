@@ -21,6 +21,7 @@ fn hashed_picks(net: &mut Net, cluster: &str) -> BTreeSet<SocketAddr> {
             let args = PickArgs {
                 hash: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
                 random: i,
+                override_host: None,
             };
             if let Pick::Complete { address, .. } = net.lb.pick(net.now, cluster, &args) {
                 seen.insert(address);

@@ -108,6 +108,7 @@ fn a_hash_goes_to_the_first_ring_entry_at_or_after_it() {
         let args = PickArgs {
             hash: Some(hash),
             random: 0,
+            override_host: None,
         };
         net.lb.pick(net.now, "c", &args);
         net.settle();
@@ -124,6 +125,7 @@ fn a_hash_goes_to_the_first_ring_entry_at_or_after_it() {
         let args = PickArgs {
             hash: Some(hash),
             random: 0,
+            override_host: None,
         };
         let pick = net.lb.pick(net.now, "c", &args);
         let Pick::Complete { address, call, .. } = pick else {

@@ -320,6 +320,7 @@ impl World {
         let args = PickArgs {
             hash: (self.below(2) == 0).then(|| self.rng.next_u64()),
             random: self.rng.next_u64(),
+            override_host: None,
         };
         let pick = self.lb.pick(self.now, name, &args);
         let _ = writeln!(self.trace, "{} pick {name}: {pick:?}", self.now);
@@ -495,7 +496,15 @@ impl World {
         assert!(ready(self), "wrr's endpoints never all connected");
         let pick_and_report = |w: &mut World| -> SocketAddr {
             let random = w.rng.next_u64();
-            let pick = w.lb.pick(w.now, "wrr", &PickArgs { hash: None, random });
+            let pick = w.lb.pick(
+                w.now,
+                "wrr",
+                &PickArgs {
+                    hash: None,
+                    random,
+                    override_host: None,
+                },
+            );
             let Pick::Complete { address, call, .. } = pick else {
                 panic!("wrr: {pick:?}");
             };

@@ -40,6 +40,9 @@ pub struct Cluster {
     pub lb_config: Option<cluster::LbConfig>,
     #[prost(message, optional, tag = "24")]
     pub transport_socket: Option<TransportSocket>,
+    /// `common_lb_config`: only `override_host_status` (A55).
+    #[prost(message, optional, tag = "27")]
+    pub common_lb_config: Option<CommonLbConfig>,
     #[prost(message, optional, tag = "33")]
     pub load_assignment: Option<endpoint_pb::ClusterLoadAssignment>,
     #[prost(message, optional, tag = "41")]
@@ -49,6 +52,13 @@ pub struct Cluster {
     /// `transport_socket_matches`: only whether there are any (they are NACKed).
     #[prost(message, repeated, tag = "43")]
     pub transport_socket_matches: Vec<Skipped>,
+}
+
+/// `envoy.config.cluster.v3.Cluster.CommonLbConfig`: only `override_host_status`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CommonLbConfig {
+    #[prost(message, optional, tag = "8")]
+    pub override_host_status: Option<core_pb::HealthStatusSet>,
 }
 
 /// Oneofs of [`Cluster`].

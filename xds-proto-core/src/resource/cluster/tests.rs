@@ -140,6 +140,7 @@ fn eds_cluster_defaults() {
             max_requests: 1024,
             tls: None,
             outlier_detection: None,
+            override_host_status: Default::default(),
         }
     );
     let mut c = eds_cluster("xdstp://auth/envoy.config.cluster.v3.Cluster/c");
@@ -930,6 +931,7 @@ fn istio_like_cluster() {
             max_requests: 2048,
             tls: Some(minimal_tls_decoded("outbound_.8080_._.svc-1")),
             outlier_detection: None,
+            override_host_status: Default::default(),
         }
     );
 }
@@ -1129,4 +1131,45 @@ fn outlier_detection_rejects_percentages_over_100_and_bad_durations() {
         err(&c),
         "outlier_detection.interval.nanos: value 1000000000 must be in the range [0, 999999999]"
     );
+}
+
+/// A55: `common_lb_config.override_host_status` keeps UNKNOWN, HEALTHY and DRAINING,
+/// ignores the rest; unset is UNKNOWN and HEALTHY, an empty set none.
+#[test]
+fn override_host_status_is_read_from_common_lb_config() {
+    use crate::resource::cluster::OverrideHostStatus;
+    use crate::resource::endpoint::HealthStatus as H;
+    let with = |statuses: Option<Vec<core_pb::HealthStatus>>| {
+        let mut c = eds_cluster("c");
+        c.common_lb_config = Some(cluster_pb::cluster::CommonLbConfig {
+            override_host_status: statuses.map(|s| core_pb::HealthStatusSet {
+                statuses: s.into_iter().map(|s| s as i32).collect(),
+            }),
+            ..Default::default()
+        });
+        decode_cluster(&c).unwrap().override_host_status
+    };
+    assert_eq!(
+        decode_cluster(&eds_cluster("c"))
+            .unwrap()
+            .override_host_status,
+        OverrideHostStatus::DEFAULT
+    );
+    assert_eq!(with(None), OverrideHostStatus::DEFAULT);
+    assert_eq!(with(Some(vec![])), OverrideHostStatus::NONE);
+    let set = with(Some(vec![
+        core_pb::HealthStatus::Draining,
+        core_pb::HealthStatus::Degraded,
+        core_pb::HealthStatus::Unhealthy,
+    ]));
+    assert!(set.contains(H::Draining));
+    for status in [
+        H::Unknown,
+        H::Healthy,
+        H::Degraded,
+        H::Unhealthy,
+        H::Timeout,
+    ] {
+        assert!(!set.contains(status), "{status:?}");
+    }
 }

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::decode::{PluginState, find_plugin};
 use super::*;
+use crate::filter::FilterOverride;
 use crate::pb::envoy::config::route::v3 as route_pb;
 use crate::pb::google::protobuf as pbuf;
-use crate::resource::listener;
 use crate::resource::validate::{
     FieldError, decode_message, duration, optional, optional_duration, required, typed_config,
 };
@@ -265,7 +265,10 @@ pub(super) fn parse_filter_overrides(
                 decode_message(&outer.value, "value", "FilterConfig").map_err(at)?;
             match &fc.config {
                 Some(inner) => (
-                    Some(typed_config(inner).map_err(|e| at(e.at("config")))?),
+                    Some((
+                        typed_config(inner).map_err(|e| at(e.at("config")))?,
+                        "config",
+                    )),
                     fc.is_optional,
                     fc.disabled,
                 ),
@@ -273,19 +276,23 @@ pub(super) fn parse_filter_overrides(
                 None => return Err(at(FieldError::missing("config"))),
             }
         } else {
-            (Some(outer), false, false)
+            (Some((outer, "")), false, false)
         };
-        if let Some(cfg) = &config
-            && !listener::is_supported_filter_override(cfg.type_name())
-        {
-            if is_optional {
-                continue;
-            }
-            return Err(at(FieldError::new(
-                "",
-                format!("unsupported filter type {:?}", cfg.type_url),
-            )));
-        }
+        // The filter parses its override once, here (A39); an unknown type is skipped
+        // when optional.
+        let config = match config {
+            None => None,
+            Some((cfg, field)) => match FilterOverride::parse(&cfg).map_err(|e| at(e.at(field)))? {
+                Some(parsed) => Some(parsed),
+                None if is_optional => continue,
+                None => {
+                    return Err(at(FieldError::new(
+                        "",
+                        format!("unsupported filter type {:?}", cfg.type_url),
+                    )));
+                }
+            },
+        };
         out.insert(
             key.clone(),
             FilterConfigOverride {

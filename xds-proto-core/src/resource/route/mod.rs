@@ -19,6 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::validate::{FieldError, type_name};
+use crate::filter::FilterOverride;
 
 mod action;
 mod by_route;
@@ -415,9 +416,9 @@ pub struct WeightedCluster {
 /// An HTTP filter config override (`typed_per_filter_config` value).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterConfigOverride {
-    /// The override config; `None` only for a `FilterConfig` with `disabled` set and no
-    /// config.
-    pub config: Option<TypedConfig>,
+    /// The override config, parsed by its filter (A39); `None` only for a
+    /// `FilterConfig` with `disabled` set and no config.
+    pub config: Option<FilterOverride>,
     /// `FilterConfig.is_optional`.
     pub is_optional: bool,
     /// `FilterConfig.disabled`: the filter is disabled for this scope.

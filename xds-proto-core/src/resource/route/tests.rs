@@ -1172,11 +1172,14 @@ fn filter_overrides() {
         ),
     );
     let out = single(r).unwrap().typed_per_filter_config;
-    let fault_config = TypedConfig {
-        type_url: format!("type.googleapis.com/{fault}"),
-        value: Bytes::new(),
-        typed_struct: false,
-    };
+    // The override is parsed by the fault filter (an empty HTTPFault injects nothing).
+    let fault_config = crate::filter::FilterOverride::Fault(std::sync::Arc::new(
+        crate::filter::fault::FaultConfig {
+            delay: None,
+            abort: None,
+            max_active_faults: None,
+        },
+    ));
     let expected: BTreeMap<String, FilterConfigOverride> = [
         (
             "fault".to_owned(),
@@ -1285,6 +1288,43 @@ fn invalid_filter_overrides() {
         "virtual_hosts[0].routes[0].route.weighted_clusters.clusters[0].\
          typed_per_filter_config[\"y\"]: unsupported filter type \
          \"type.googleapis.com/example.Unknown\""
+    );
+    // A39: the filter parses its override at decode time; a bad one NACKs with the
+    // field inside it, wrapped in FilterConfig or not, optional or not.
+    let bad_fault = || {
+        use crate::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
+        any(
+            "envoy.extensions.filters.http.fault.v3.HTTPFault",
+            &fault_pb::HttpFault {
+                abort: Some(fault_pb::FaultAbort::default()),
+                ..Default::default()
+            },
+        )
+    };
+    let mut r = route_to("c");
+    r.typed_per_filter_config
+        .insert("f".to_owned(), bad_fault());
+    assert_eq!(
+        err(&config_with(vec![r])),
+        "virtual_hosts[0].routes[0].typed_per_filter_config[\"f\"].abort.error_type: field \
+         not present"
+    );
+    let mut rc = config_with(vec![route_to("c")]);
+    rc.virtual_hosts[0].typed_per_filter_config.insert(
+        "f".to_owned(),
+        any(
+            FILTER_CONFIG_TYPE,
+            &route_pb::FilterConfig {
+                config: Some(bad_fault()),
+                is_optional: true,
+                disabled: false,
+            },
+        ),
+    );
+    assert_eq!(
+        err(&rc),
+        "virtual_hosts[0].typed_per_filter_config[\"f\"].config.abort.error_type: field not \
+         present"
     );
 }
 
