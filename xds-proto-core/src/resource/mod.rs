@@ -28,7 +28,9 @@ pub use cluster::{
 pub use endpoint::EndpointsResource;
 pub use endpoint::{DropOverload, Endpoint, HealthStatus, Locality, LocalityEndpoints, Priority};
 pub use listener::ListenerResource;
-pub use listener::{DownstreamTls, FilterChain};
+pub use listener::{
+    CidrRange, DownstreamTls, FilterChain, FilterChainMatch, ServerListener, SourceType,
+};
 pub use listener::{HttpConnectionManager, HttpFilter, ListenerKind, RouteSource};
 pub use route::RouteConfigResource;
 pub use route::{
@@ -376,7 +378,7 @@ impl ListenerResource {
                 listener::RouteSource::Rds(name) => Some(name),
                 listener::RouteSource::Inline(_) => None,
             },
-            listener::ListenerKind::Server { .. } => None,
+            listener::ListenerKind::Server(_) => None,
         }
     }
 
@@ -387,7 +389,7 @@ impl ListenerResource {
                 listener::RouteSource::Inline(rc) => Some(rc),
                 listener::RouteSource::Rds(_) => None,
             },
-            listener::ListenerKind::Server { .. } => None,
+            listener::ListenerKind::Server(_) => None,
         }
     }
 }
