@@ -303,3 +303,115 @@ fn rt_spawned<R: Runtime, T: Send + 'static>(
     }));
     rx
 }
+
+/// mTLS through the chain's `DownstreamTlsContext` (A29 on an xDS server): the server's
+/// listener requires a client certificate of the mesh CA (provider instance `server`
+/// of the server's bootstrap); an `XdsChannel` with xDS credentials presenting
+/// `client-1` is served, and the RPC hook sees the client's SPIFFE ID; a cluster
+/// without an identity is refused. Returns the SANs the hook saw and the refusal.
+#[cfg(feature = "tls")]
+pub async fn server_mtls_scenarios<R, F, Fut>(serve: F) -> (Vec<String>, String)
+where
+    R: Runtime,
+    F: FnOnce(XdsServerBuilder<R>, SocketAddr, SuiteEcho<R>) -> Fut,
+    Fut: Future<Output = Result<XdsServer, Box<dyn std::error::Error + Send + Sync>>>,
+{
+    use crate::resources::{mtls_cluster, mtls_server_listener, tls_cluster, upstream_tls_context};
+    use crate::security_suite::{INSTANCE, MeshPki, SERVER_ID, bootstrap_with_providers};
+    use xds_adapter_common::server::{ServerRpc, ServerRpcHook};
+    use xds_adapter_common::{CertificateProviders, FallbackCredentials};
+
+    /// Records the client identities of the RPCs it lets through.
+    struct SeenIdentities(Arc<Mutex<Vec<String>>>);
+
+    impl ServerRpcHook for SeenIdentities {
+        fn on_rpc(&self, rpc: &ServerRpc<'_>) -> Result<(), tonic::Status> {
+            let sans = rpc
+                .peer_identity
+                .map(|p| p.sans.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>())
+                .unwrap_or_default();
+            self.0.lock().unwrap().extend(sans);
+            Ok(())
+        }
+    }
+
+    let rt = R::current().expect("a runtime");
+    let pki = MeshPki::generate();
+    let server_providers = pki.write_server(&pki.server(false, false));
+    let control = LoopbackServer::start();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let name = crate::resources::server_listener_name(SERVER_LISTENER_TEMPLATE, addr);
+    control.set_resources(
+        type_url::LISTENER,
+        "1",
+        vec![
+            listener(CLIENT_LISTENER, CLIENT_ROUTES),
+            mtls_server_listener(&name, "127.0.0.1", u32::from(addr.port()), "server"),
+        ],
+    );
+    control.set_resources(
+        type_url::ROUTE_CONFIGURATION,
+        "1",
+        vec![route_config(CLIENT_ROUTES, CLUSTER)],
+    );
+    control.set_resources(
+        type_url::CLUSTER,
+        "1",
+        vec![mtls_cluster(CLUSTER, INSTANCE, &[SERVER_ID])],
+    );
+    control.set_resources(
+        type_url::CLUSTER_LOAD_ASSIGNMENT,
+        "1",
+        vec![endpoints(CLUSTER, &[u32::from(addr.port())])],
+    );
+    let client_bootstrap =
+        bootstrap_with_providers(&control, "secure-channel", &pki.provider_json());
+    let providers = CertificateProviders::start(&rt, &client_bootstrap).expect("providers");
+    let pool = ClientPool::<R>::builder(client_bootstrap)
+        .build_pool()
+        .expect("a pool");
+    let channel = XdsChannel::<R>::builder(TARGET)
+        .pool(&pool)
+        .xds_credentials_with(FallbackCredentials::Insecure, providers)
+        .build()
+        .expect("a channel");
+    let server_json = control
+        .bootstrap_json("xds-server", None)
+        .replacen(
+            r#""node""#,
+            &format!(
+                r#""server_listener_resource_name_template": "{SERVER_LISTENER_TEMPLATE}", "certificate_providers": {server_providers}, "node""#
+            ),
+            1,
+        );
+    let server_client = Client::<R>::from_bootstrap_json(&server_json).expect("server client");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let builder = XdsServerBuilder::new(server_client).rpc_hook(SeenIdentities(seen.clone()));
+    let server = serve(builder, addr, SuiteEcho { rt: rt.clone() })
+        .await
+        .expect("the xDS server starts");
+    let refusal = within(&rt, Duration::from_secs(60), "the mTLS scenarios", async {
+        let reply = until(&rt, "an mTLS RPC served", || {
+            call(&channel, "mtls", 0).map(Result::ok).boxed()
+        })
+        .await;
+        assert_eq!(reply.backend, SERVICE_NAME);
+        let no_identity = tls_cluster(CLUSTER, &upstream_tls_context(INSTANCE, None, &[SERVER_ID]));
+        control.set_resources(type_url::CLUSTER, "2", vec![no_identity]);
+        let status = until(&rt, "a refused RPC without a client certificate", || {
+            call(&channel, "no identity", 0).map(Result::err).boxed()
+        })
+        .await;
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        status.message().to_owned()
+    })
+    .await;
+    server.shutdown();
+    let sans = seen.lock().unwrap().clone();
+    assert!(
+        sans.iter()
+            .any(|s| s.contains("spiffe://mesh.test/ns/default/sa/client-1")),
+        "{sans:?}"
+    );
+    (sans, refusal)
+}
