@@ -407,6 +407,10 @@ where
     })
     .await;
     server.shutdown();
+    assert_eq!(
+        server.mode(),
+        ServingMode::NotServing("the server is shut down".into())
+    );
     let sans = seen.lock().unwrap().clone();
     assert!(
         sans.iter()

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::channel::oneshot;
+use futures::future::Future;
 use futures::stream::{Stream, StreamExt};
 use tower_service::Service;
 use xds_proto_core::Lds;
@@ -41,6 +42,7 @@ pub(crate) struct Shared {
 }
 
 struct SharedInner {
+    stopped: bool,
     mode: ServingMode,
     config: Option<Arc<ServingConfig>>,
     /// Connections' drain signals, by the generation they were accepted under.
@@ -71,16 +73,35 @@ impl Shared {
     }
 
     /// Publishes the state's mode and configuration; drains connections accepted under
-    /// another generation (all of them when not serving).
+    /// another generation (all of them when not serving). Nothing after [`Self::stop`].
     fn publish(&self, state: &ServingState) {
         let mut inner = self.lock();
+        if inner.stopped {
+            return;
+        }
         inner.mode = state.mode().clone();
         inner.config = state.config().cloned();
-        let current = inner.config.as_ref().map(|c| c.generation);
-        let (keep, drain): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.drains)
+        inner.drain_others();
+    }
+
+    /// The server is shut down: NOT_SERVING for good, every connection drained.
+    fn stop(&self) {
+        let mut inner = self.lock();
+        inner.stopped = true;
+        inner.mode = ServingMode::NotServing("the server is shut down".into());
+        inner.config = None;
+        inner.drain_others();
+    }
+}
+
+impl SharedInner {
+    /// Drains the connections accepted under another generation than the current one.
+    fn drain_others(&mut self) {
+        let current = self.config.as_ref().map(|c| c.generation);
+        let (keep, drain): (Vec<_>, Vec<_>) = std::mem::take(&mut self.drains)
             .into_iter()
             .partition(|(generation, _)| Some(*generation) == current);
-        inner.drains = keep;
+        self.drains = keep;
         for (_, tx) in drain {
             let _ = tx.send(());
         }
@@ -180,12 +201,14 @@ impl<R: Runtime> XdsServerBuilder<R> {
             .await?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(SharedInner {
+                stopped: false,
                 mode: ServingMode::NotServing("waiting for the listener resource".into()),
                 config: None,
                 drains: Vec::new(),
             }),
         });
         let (stop_tx, stop_rx) = oneshot::channel();
+        let (watch_stop_tx, watch_stop_rx) = oneshot::channel();
         let watch = WatchTask {
             client: self.client.clone(),
             state: ServingState::new(listening),
@@ -195,7 +218,7 @@ impl<R: Runtime> XdsServerBuilder<R> {
             lds,
             rds: Vec::new(),
         };
-        rt.spawn(Box::pin(watch.run()));
+        rt.spawn(Box::pin(watch.run(watch_stop_rx)));
         let settings = Arc::new(ConnectionSettings {
             rt: rt.clone(),
             shared: shared.clone(),
@@ -214,7 +237,7 @@ impl<R: Runtime> XdsServerBuilder<R> {
             listening,
             listener_name: name,
             shared,
-            stop: Mutex::new(Some(stop_tx)),
+            stop: Mutex::new(Some((stop_tx, watch_stop_tx))),
         })
     }
 }
@@ -257,10 +280,8 @@ async fn accept_loop<R, S, B, IO, I>(
             Err(error) => tracing::debug!(%error, "accept failed"),
         }
     }
-    // Stopped: drain everything.
-    settings
-        .shared
-        .publish(&ServingState::new(SocketAddr::from(([0, 0, 0, 0], 0))));
+    // Stopped: drain every connection.
+    settings.shared.stop();
 }
 
 /// Feeds the core's serving state with the listener's and its RDS resources' events.
@@ -280,20 +301,25 @@ enum Next {
 }
 
 impl<R: Runtime> WatchTask<R> {
-    async fn run(mut self) {
+    async fn run(mut self, mut stop: oneshot::Receiver<()>) {
         loop {
             let next = futures::future::poll_fn(|cx| {
+                if std::pin::Pin::new(&mut stop).poll(cx).is_ready() {
+                    return std::task::Poll::Ready(None);
+                }
                 if let std::task::Poll::Ready(event) = self.lds.poll_next_unpin(cx) {
-                    return std::task::Poll::Ready(Next::Listener(event));
+                    return std::task::Poll::Ready(Some(Next::Listener(event)));
                 }
                 for (name, stream) in &mut self.rds {
                     if let std::task::Poll::Ready(Some(event)) = stream.poll_next_unpin(cx) {
-                        return std::task::Poll::Ready(Next::Routes(name.clone(), event));
+                        return std::task::Poll::Ready(Some(Next::Routes(name.clone(), event)));
                     }
                 }
                 std::task::Poll::Pending
             })
             .await;
+            // Stopped: the watches end with the task.
+            let Some(next) = next else { break };
             match next {
                 Next::Listener(Some(event)) => self.state.on_listener(&event),
                 Next::Listener(None) => break,
@@ -338,7 +364,8 @@ pub struct XdsServer {
     listening: SocketAddr,
     listener_name: String,
     shared: Arc<Shared>,
-    stop: Mutex<Option<oneshot::Sender<()>>>,
+    /// Stops the accept loop and the watch task.
+    stop: Mutex<Option<(oneshot::Sender<()>, oneshot::Sender<()>)>>,
 }
 
 impl std::fmt::Debug for XdsServer {
@@ -369,9 +396,11 @@ impl XdsServer {
 
     /// Stops accepting connections; open ones drain.
     pub fn shutdown(&self) {
-        if let Some(stop) = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = stop.send(());
+        if let Some((accept, watch)) = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = accept.send(());
+            let _ = watch.send(());
         }
+        self.shared.stop();
     }
 }
 
