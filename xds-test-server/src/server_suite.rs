@@ -51,6 +51,13 @@ pub struct SuiteEcho<R> {
     rt: R,
 }
 
+impl<R: Runtime> SuiteEcho<R> {
+    /// The service on `rt` (for benches that serve it without xDS too).
+    pub fn new(rt: R) -> SuiteEcho<R> {
+        SuiteEcho { rt }
+    }
+}
+
 struct EchoMethod<R>(R);
 
 impl<R: Runtime> tonic::server::UnaryService<EchoRequest> for EchoMethod<R> {
