@@ -92,7 +92,8 @@ fn a_server_listener_is_checked_against_the_bootstrap_too() {
     );
     let n = h.expect_notify();
     assert_eq!(n.watcher, w);
-    let ListenerKind::Server { filter_chains, .. } = &value_of(&n).get::<Lds>().unwrap().kind
+    let ListenerKind::Server(xds_proto_core::resource::ServerListener { filter_chains, .. }) =
+        &value_of(&n).get::<Lds>().unwrap().kind
     else {
         panic!("a server listener")
     };

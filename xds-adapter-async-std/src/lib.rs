@@ -96,6 +96,9 @@ use std::time::Duration;
 
 use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::exports::*;
+
+pub mod server;
+pub use server::{XdsServer, XdsServerBuilder};
 use xds_proto_core::Instant;
 
 /// The xDS client on async-std. See the crate documentation.

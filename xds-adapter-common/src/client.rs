@@ -52,6 +52,8 @@ pub enum Error {
     /// xDS credentials could not be set up (a certificate provider plugin the adapter
     /// cannot build, naming the bootstrap field).
     Credentials(String),
+    /// An xDS-enabled server has no listener name (gRFC A36: the bootstrap field).
+    ServerListenerName(xds_proto_core::server::ListenerNameError),
 }
 
 impl fmt::Display for Error {
@@ -64,6 +66,7 @@ impl fmt::Display for Error {
             Error::NoRuntime(why) => write!(f, "no runtime: {why}"),
             Error::Shutdown => f.write_str("the xDS client has shut down"),
             Error::Credentials(why) => write!(f, "xDS credentials: {why}"),
+            Error::ServerListenerName(e) => write!(f, "xDS server: {e}"),
         }
     }
 }
@@ -75,6 +78,7 @@ impl std::error::Error for Error {
             Error::Watch(e) => Some(e),
             Error::Target { error, .. } => Some(error),
             Error::DuplicateType(e) => Some(e),
+            Error::ServerListenerName(e) => Some(e),
             Error::NoRuntime(_) | Error::Shutdown | Error::Credentials(_) => None,
         }
     }

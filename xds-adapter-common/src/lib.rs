@@ -75,6 +75,7 @@ pub mod orca;
 mod pool;
 pub mod runtime;
 pub mod security;
+pub mod server;
 mod stream_tasks;
 mod tls;
 pub mod transport;
@@ -90,6 +91,7 @@ pub use io::HyperIo;
 pub use pool::{ClientPool, SERVER_TARGET};
 pub use runtime::{BoxFuture, Runtime};
 pub use security::{CertificateProviders, FallbackCredentials, XdsServerCredentials};
+pub use server::{XdsServer, XdsServerBuilder};
 pub use transport::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_RECEIVE_MESSAGE_SIZE, KeepaliveSettings, Target, TransportSettings,

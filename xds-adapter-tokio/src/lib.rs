@@ -138,12 +138,14 @@
 #![forbid(unsafe_code)]
 
 mod csds;
+pub mod server;
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use csds::{CSDS_SHUTDOWN_GRACE, CsdsServer};
+pub use server::{XdsServer, XdsServerBuilder};
 use tokio_util::compat::{Compat, TokioAsyncReadCompatExt};
 use xds_adapter_common::BoxFuture;
 pub use xds_adapter_common::csds::{

@@ -223,17 +223,15 @@ fn listener_summary(name: &str, kind: &ListenerKind) -> String {
                 filters.join(", ")
             )
         }
-        ListenerKind::Server {
-            address,
-            port,
-            filter_chains,
-            default_filter_chain,
-        } => {
+        ListenerKind::Server(server) => {
+            let (address, port) = (&server.address, server.port);
+            let (filter_chains, default_filter_chain) =
+                (&server.filter_chains, &server.default_filter_chain);
             let mut out = format!(
                 "LDS {name}: server listener on {address}:{port}, {} filter chains",
                 filter_chains.len()
             );
-            for fc in filter_chains.iter().chain(default_filter_chain) {
+            for fc in filter_chains.iter().chain(default_filter_chain.as_deref()) {
                 let tls = fc.tls.as_ref().map_or_else(
                     || "plaintext (fallback credentials)".into(),
                     downstream_tls_summary,
@@ -388,17 +386,15 @@ pub(crate) fn to_json(r: &Resource) -> Value {
                         "max_stream_duration": hcm.max_stream_duration.map(|d| d.as_secs_f64()),
                     }
                 }),
-                ListenerKind::Server {
-                    address,
-                    port,
-                    filter_chains,
-                    default_filter_chain,
-                } => {
+                ListenerKind::Server(server) => {
+                    let (address, port) = (&server.address, server.port);
+                    let (filter_chains, default_filter_chain) =
+                        (&server.filter_chains, &server.default_filter_chain);
                     let chain = |fc: &xds_adapter_tokio::xds_proto_core::resource::FilterChain| json!({"name": fc.name, "tls": fc.tls.as_ref().map(downstream_tls_json)});
                     json!({
                         "server": {"address": address, "port": port,
                                    "filter_chains": filter_chains.iter().map(chain).collect::<Vec<_>>(),
-                                   "default_filter_chain": default_filter_chain.as_ref().map(chain)}
+                                   "default_filter_chain": default_filter_chain.as_deref().map(chain)}
                     })
                 }
                 other => json!(format!("{other:?}")),
@@ -540,22 +536,32 @@ mod tests {
 
     #[test]
     fn a_server_listener_shows_each_chains_security() {
-        let kind = ListenerKind::Server {
+        use xds_adapter_tokio::xds_proto_core::resource::listener::{
+            FilterChainMatch, HttpConnectionManager, RouteSource, ServerListener,
+        };
+        let chain = |name: &str, tls| FilterChain {
+            name: name.into(),
+            filter_chain_match: FilterChainMatch::default(),
+            http_connection_manager: HttpConnectionManager {
+                route_config: RouteSource::Rds("routes".into()),
+                http_filters: Vec::new(),
+                max_stream_duration: None,
+            },
+            tls,
+        };
+        let kind = ListenerKind::Server(ServerListener {
             address: "0.0.0.0".into(),
             port: 8443,
-            filter_chains: vec![FilterChain {
-                name: "mtls".into(),
-                tls: Some(DownstreamTls {
+            filter_chains: vec![chain(
+                "mtls",
+                Some(DownstreamTls {
                     identity: provider("mesh"),
                     client_roots: Some(provider("mesh")),
                     require_client_certificate: true,
                 }),
-            }],
-            default_filter_chain: Some(FilterChain {
-                name: "plain".into(),
-                tls: None,
-            }),
-        };
+            )],
+            default_filter_chain: Some(Box::new(chain("plain", None))),
+        });
         assert_eq!(
             listener_summary("l", &kind),
             format!(

@@ -65,7 +65,9 @@ fn listeners_decode_with_their_routes_and_the_router_last() {
         .unwrap()
         .kind
     {
-        ListenerKind::Server { address, port, .. } => {
+        ListenerKind::Server(xds_proto_core::resource::ServerListener {
+            address, port, ..
+        }) => {
             assert_eq!((address.as_str(), port), ("0.0.0.0", 8080))
         }
         other => panic!("expected a server listener, got {other:?}"),
@@ -84,12 +86,12 @@ fn serving_listener_is_a_server_listener_on_its_address_with_non_forwarding_rout
         "grpc/server?xds.resource.listening_address=127.0.0.1:50051"
     );
     match decoded.kind {
-        ListenerKind::Server {
+        ListenerKind::Server(xds_proto_core::resource::ServerListener {
             address,
             port,
             filter_chains,
             default_filter_chain,
-        } => {
+        }) => {
             assert_eq!((address.as_str(), port), ("127.0.0.1", 50051));
             assert_eq!(filter_chains.len(), 1);
             assert_eq!(filter_chains[0].name, "serve-all");
@@ -468,11 +470,11 @@ fn tls_server_listeners_decode_with_their_security_config() {
         "mesh",
     );
     let (_, decoded) = listener::decode_in(&context, &l.value).unwrap();
-    let ListenerKind::Server {
+    let ListenerKind::Server(xds_proto_core::resource::ServerListener {
         port,
         filter_chains,
         ..
-    } = decoded.kind
+    }) = decoded.kind
     else {
         panic!("a server listener")
     };
@@ -485,7 +487,9 @@ fn tls_server_listeners_decode_with_their_security_config() {
     let server_tls = resources::downstream_tls_context("mesh", None, false);
     let msg = resources::tls_server_listener_msg("s", "0.0.0.0", 8443, Some(&server_tls));
     let (_, decoded) = listener::decode_in(&context, &msg.encode_to_vec()).unwrap();
-    let ListenerKind::Server { filter_chains, .. } = decoded.kind else {
+    let ListenerKind::Server(xds_proto_core::resource::ServerListener { filter_chains, .. }) =
+        decoded.kind
+    else {
         panic!("a server listener")
     };
     let tls = filter_chains[0].tls.clone().unwrap();
@@ -495,7 +499,9 @@ fn tls_server_listeners_decode_with_their_security_config() {
     );
     let plain = resources::tls_server_listener_msg("s", "0.0.0.0", 8080, None);
     let (_, decoded) = listener::decode_in(&context, &plain.encode_to_vec()).unwrap();
-    let ListenerKind::Server { filter_chains, .. } = decoded.kind else {
+    let ListenerKind::Server(xds_proto_core::resource::ServerListener { filter_chains, .. }) =
+        decoded.kind
+    else {
         panic!("a server listener")
     };
     assert_eq!(filter_chains[0].tls, None);

@@ -64,6 +64,7 @@ pub mod resources;
 #[cfg(feature = "tls")]
 pub mod security_suite;
 mod server;
+pub mod server_suite;
 mod service;
 mod session;
 mod sotw;

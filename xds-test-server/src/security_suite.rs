@@ -392,7 +392,10 @@ pub async fn server_credentials_scenarios<R: Runtime>() -> String {
         );
         let decode_context = DecodeContext::new(&server_bootstrap);
         let (_, listener) = Lds::decode_in(&decode_context, &lds.value).expect("the LDS decodes");
-        let ListenerKind::Server { filter_chains, .. } = &listener.kind else {
+        let ListenerKind::Server(xds_proto_core::resource::ServerListener {
+            filter_chains, ..
+        }) = &listener.kind
+        else {
             panic!("a server listener: {listener:?}")
         };
         let tls = filter_chains[0]

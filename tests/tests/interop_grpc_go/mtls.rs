@@ -114,7 +114,9 @@ fn rust_server(bootstrap: &BootstrapFile) -> EchoBackend {
     let lds = mtls_server_listener(0);
     let (_, listener) =
         Lds::decode_in(&DecodeContext::new(&parsed), &lds.value).expect("the LDS decodes");
-    let ListenerKind::Server { filter_chains, .. } = &listener.kind else {
+    let ListenerKind::Server(xds_proto_core::resource::ServerListener { filter_chains, .. }) =
+        &listener.kind
+    else {
         panic!("a server listener")
     };
     let tls = filter_chains[0]

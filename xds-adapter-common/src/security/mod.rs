@@ -20,4 +20,4 @@ pub use client::FallbackCredentials;
 pub(crate) use client::{ConnectionTls, connection_tls};
 pub use providers::{CertificateProviders, SUPPORTED_PLUGINS, file_watcher};
 pub use server::XdsServerCredentials;
-pub(crate) use verify::{FailureNote, explain_alert};
+pub(crate) use verify::{FailureNote, explain_alert, leaf_sans};

@@ -5,10 +5,10 @@
 //! holding an `HttpConnectionManager` (gRFC A27), validated into
 //! [`HttpConnectionManager`] with its route source (RDS name or inline route
 //! configuration, A28/A31), HTTP filter chain (A39) and `max_stream_duration` (A31). A
-//! listener with an address instead is a server-side listener (A36), kept minimal: its
-//! address and, for each filter chain, its security config (A29: the `transport_socket`'s
-//! `DownstreamTlsContext`, validated in `resource/tls.rs`); filter chain matching and
-//! the server's HTTP filters come with the xDS server. The
+//! listener with an address instead is a server-side listener (A36), validated in
+//! `listener/server.rs` into a [`ServerListener`]: its address and filter chains, each
+//! with its normalized match, its `HttpConnectionManager` (server-side HTTP filters) and
+//! its security config (A29). The
 //! module also owns the table of HTTP filter types gRPC supports
 //! ([`SUPPORTED_HTTP_FILTERS`]), which the route decoder consults for per-route filter
 //! overrides.
@@ -17,10 +17,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::route::{RouteConfigResource, parse_route_configuration};
-use super::tls::{DOWNSTREAM_TLS_CONTEXT_TYPE, check_socket_type, parse_downstream};
 use super::validate::{
-    FieldError, PortRange, decode_message, decode_resource, duration, optional, required,
-    socket_port, type_name, typed_config,
+    FieldError, decode_message, decode_resource, duration, optional, required, type_name,
+    typed_config,
 };
 use super::{DecodeContext, DecodeError};
 use crate::filter::HttpFilterConfig;
@@ -139,35 +138,18 @@ pub struct ListenerResource {
 pub enum ListenerKind {
     /// A client-side listener: `api_listener` holding an `HttpConnectionManager`.
     Client(HttpConnectionManager),
-    /// A server-side listener (gRFC A36), kept minimal: its address and the security
-    /// config of each filter chain.
-    Server {
-        /// `address.socket_address.address`.
-        address: String,
-        /// `address.socket_address.port_value` (at most 65535).
-        port: u32,
-        /// `filter_chains`, in order.
-        filter_chains: Vec<FilterChain>,
-        /// `default_filter_chain`, when set.
-        default_filter_chain: Option<FilterChain>,
-    },
+    /// A server-side listener (gRFC A36): its address and filter chains.
+    Server(ServerListener),
 }
 
 pub use crate::security::DownstreamTls;
+pub use server::{
+    CidrRange, FilterChain, FilterChainMatch, MAX_NORMALIZED_MATCHERS, ServerListener, SourceType,
+};
 
-/// One filter chain of a server listener, as far as the core reads it so far: its name
-/// and its security (A29). Matching (`filter_chain_match`) and its filters are A36's,
-/// for the xDS server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FilterChain {
-    /// `name` (may be empty).
-    pub name: String,
-    /// The `DownstreamTlsContext` of its `transport_socket`; `None` when it has none:
-    /// the server's fallback credentials apply to its connections (A29).
-    pub tls: Option<DownstreamTls>,
-}
+mod server;
 
-/// A validated `HttpConnectionManager` from a client listener.
+/// A validated `HttpConnectionManager`: a client listener's, or a server filter chain's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HttpConnectionManager {
     /// Where the routes come from.
@@ -177,6 +159,26 @@ pub struct HttpConnectionManager {
     pub http_filters: Vec<HttpFilter>,
     /// `common_http_protocol_options.max_stream_duration` (A31), if set.
     pub max_stream_duration: Option<Duration>,
+}
+
+impl HttpConnectionManager {
+    /// The RDS name its routes come from, when they are not inline.
+    pub fn route_config_name(&self) -> Option<&str> {
+        match &self.route_config {
+            RouteSource::Rds(name) => Some(name),
+            RouteSource::Inline(_) => None,
+        }
+    }
+}
+
+/// Which side runs an HTTP filter chain: clients run client filters, servers server
+/// filters ([`SupportedHttpFilter::client`], [`SupportedHttpFilter::server`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum HttpSide {
+    /// An `api_listener`'s connection manager.
+    Client,
+    /// A server filter chain's connection manager.
+    Server,
 }
 
 /// Where an HCM's route configuration comes from.
@@ -227,31 +229,12 @@ fn parse_listener(
             api_listener.api_listener.as_ref(),
             "api_listener.api_listener",
         )?;
-        return parse_hcm_any(any)
+        return parse_hcm_any(any, HttpSide::Client)
             .map(ListenerKind::Client)
             .map_err(|e| e.at("api_listener.api_listener"));
     }
-    if let Some(address) = &listener.address {
-        let (address, port) = parse_server_address(address).map_err(|e| e.at("address"))?;
-        let filter_chains = listener
-            .filter_chains
-            .iter()
-            .enumerate()
-            .map(|(i, fc)| {
-                parse_filter_chain(context, fc).map_err(|e| e.at_index("filter_chains", i))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let default_filter_chain = optional(
-            listener.default_filter_chain.as_ref(),
-            "default_filter_chain",
-            |fc| parse_filter_chain(context, fc),
-        )?;
-        return Ok(ListenerKind::Server {
-            address,
-            port,
-            filter_chains,
-            default_filter_chain,
-        });
+    if listener.address.is_some() {
+        return server::parse_server_listener(context, listener).map(ListenerKind::Server);
     }
     Err(FieldError::new(
         "",
@@ -259,37 +242,7 @@ fn parse_listener(
     ))
 }
 
-/// A server filter chain's name and security. Paths are relative to the chain.
-fn parse_filter_chain(
-    context: &DecodeContext<'_>,
-    fc: &listener_pb::FilterChain,
-) -> Result<FilterChain, FieldError> {
-    use core_pb::transport_socket::ConfigType;
-    let tls = optional(fc.transport_socket.as_ref(), "transport_socket", |ts| {
-        let Some(ConfigType::TypedConfig(any)) = &ts.config_type else {
-            return Err(FieldError::missing("typed_config"));
-        };
-        check_socket_type(&any.type_url, &any.value, DOWNSTREAM_TLS_CONTEXT_TYPE)
-            .map_err(|e| e.at("typed_config"))?;
-        parse_downstream(context, &any.value).map_err(|e| e.at("typed_config.value"))
-    })?;
-    Ok(FilterChain {
-        name: fc.name.clone(),
-        tls,
-    })
-}
-
-fn parse_server_address(address: &core_pb::Address) -> Result<(String, u32), FieldError> {
-    use core_pb::address::Address;
-    let Some(Address::SocketAddress(sa)) = &address.address else {
-        return Err(FieldError::missing("socket_address"));
-    };
-    let port = socket_port(sa.port_specifier.as_ref().into(), PortRange::Any)
-        .map_err(|e| e.at("socket_address"))?;
-    Ok((sa.address.clone(), u32::from(port)))
-}
-
-fn parse_hcm_any(any: &pbuf::Any) -> Result<HttpConnectionManager, FieldError> {
+fn parse_hcm_any(any: &pbuf::Any, side: HttpSide) -> Result<HttpConnectionManager, FieldError> {
     if any.type_url.is_empty() {
         return Err(FieldError::missing("type_url"));
     }
@@ -304,10 +257,13 @@ fn parse_hcm_any(any: &pbuf::Any) -> Result<HttpConnectionManager, FieldError> {
     }
     let hcm: hcm_pb::HttpConnectionManager =
         decode_message(&any.value, "value", "HttpConnectionManager")?;
-    parse_hcm(&hcm)
+    parse_hcm(&hcm, side)
 }
 
-fn parse_hcm(hcm: &hcm_pb::HttpConnectionManager) -> Result<HttpConnectionManager, FieldError> {
+fn parse_hcm(
+    hcm: &hcm_pb::HttpConnectionManager,
+    side: HttpSide,
+) -> Result<HttpConnectionManager, FieldError> {
     use hcm_pb::http_connection_manager::RouteSpecifier;
     // A41: gRPC does not trust forwarding headers.
     if hcm.xff_num_trusted_hops != 0 {
@@ -326,7 +282,8 @@ fn parse_hcm(hcm: &hcm_pb::HttpConnectionManager) -> Result<HttpConnectionManage
         "common_http_protocol_options.max_stream_duration",
         duration,
     )?;
-    let http_filters = parse_http_filters(&hcm.http_filters).map_err(|e| e.at("http_filters"))?;
+    let http_filters =
+        parse_http_filters(&hcm.http_filters, side).map_err(|e| e.at("http_filters"))?;
     let route_config = match &hcm.route_specifier {
         Some(RouteSpecifier::Rds(rds)) => {
             check_ads_or_self(rds.config_source.as_ref()).map_err(|e| e.at("rds.config_source"))?;
@@ -366,7 +323,10 @@ pub(super) fn check_ads_or_self(source: Option<&core_pb::ConfigSource>) -> Resul
     }
 }
 
-fn parse_http_filters(filters: &[hcm_pb::HttpFilter]) -> Result<Vec<HttpFilter>, FieldError> {
+fn parse_http_filters(
+    filters: &[hcm_pb::HttpFilter],
+    side: HttpSide,
+) -> Result<Vec<HttpFilter>, FieldError> {
     let mut seen = BTreeSet::new();
     // (index in the received list, filter, whether it is terminal)
     let mut kept: Vec<(usize, HttpFilter, bool)> = Vec::with_capacity(filters.len());
@@ -381,7 +341,7 @@ fn parse_http_filters(filters: &[hcm_pb::HttpFilter]) -> Result<Vec<HttpFilter>,
                 format!("duplicate HTTP filter name {:?}", filter.name),
             )));
         }
-        if let Some((parsed, terminal)) = parse_http_filter(filter).map_err(at)? {
+        if let Some((parsed, terminal)) = parse_http_filter(filter, side).map_err(at)? {
             kept.push((i, parsed, terminal));
         }
     }
@@ -393,6 +353,7 @@ fn parse_http_filters(filters: &[hcm_pb::HttpFilter]) -> Result<Vec<HttpFilter>,
 /// gRPC cannot run (skipped). Paths are relative to the filter.
 fn parse_http_filter(
     filter: &hcm_pb::HttpFilter,
+    side: HttpSide,
 ) -> Result<Option<(HttpFilter, bool)>, FieldError> {
     use hcm_pb::http_filter::ConfigType;
     let any = match &filter.config_type {
@@ -416,14 +377,18 @@ fn parse_http_filter(
             format!("unsupported filter type {:?}", config.type_url),
         ));
     };
-    if !supported.client {
+    let (supported_here, side_name) = match side {
+        HttpSide::Client => (supported.client, "clients"),
+        HttpSide::Server => (supported.server, "servers"),
+    };
+    if !supported_here {
         if filter.is_optional {
             return Ok(None);
         }
         return Err(FieldError::new(
             "typed_config",
             format!(
-                "filter type {:?} is not supported on clients",
+                "filter type {:?} is not supported on {side_name}",
                 config.type_url
             ),
         ));

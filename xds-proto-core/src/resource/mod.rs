@@ -29,7 +29,9 @@ pub use cluster::{
 pub use endpoint::EndpointsResource;
 pub use endpoint::{DropOverload, Endpoint, HealthStatus, Locality, LocalityEndpoints, Priority};
 pub use listener::ListenerResource;
-pub use listener::{DownstreamTls, FilterChain};
+pub use listener::{
+    CidrRange, DownstreamTls, FilterChain, FilterChainMatch, ServerListener, SourceType,
+};
 pub use listener::{HttpConnectionManager, HttpFilter, ListenerKind, RouteSource};
 pub use route::RouteConfigResource;
 pub use route::{
@@ -377,7 +379,7 @@ impl ListenerResource {
                 listener::RouteSource::Rds(name) => Some(name),
                 listener::RouteSource::Inline(_) => None,
             },
-            listener::ListenerKind::Server { .. } => None,
+            listener::ListenerKind::Server(_) => None,
         }
     }
 
@@ -388,7 +390,7 @@ impl ListenerResource {
                 listener::RouteSource::Inline(rc) => Some(rc),
                 listener::RouteSource::Rds(_) => None,
             },
-            listener::ListenerKind::Server { .. } => None,
+            listener::ListenerKind::Server(_) => None,
         }
     }
 }

@@ -127,15 +127,25 @@ pub fn listener_rds(name: &str, rds: &str, max_stream_duration: Option<Duration>
     listener_of(name, &hcm_with(routes, max_stream_duration))
 }
 
-/// A server listener on `0.0.0.0:8080` (an `address`, no `api_listener`). gRPC
-/// requires a `socket_address` with a `port_value` up to 65535; a client that asked
-/// for a client listener gets a server one and treats it as such.
+/// A server listener on `0.0.0.0:8080` (an `address`, no `api_listener`) whose one
+/// filter chain serves every RPC ([`super::server_filter_chain`] over
+/// [`super::server_routes`]). gRPC requires a `socket_address` with a `port_value` up
+/// to 65535 and a filter chain or a default one (see `server_listener.rs` for the
+/// rest of A36's rules); a client that asked for a client listener gets a server one
+/// and treats it as such.
 pub fn server_listener(name: &str) -> Any {
+    let routes = hcm::http_connection_manager::RouteSpecifier::RouteConfig(super::server_routes(
+        "server-routes",
+    ));
     any(
         type_url::LISTENER,
         &listener::Listener {
             name: name.to_string(),
             address: Some(socket_address("0.0.0.0", 8080)),
+            filter_chains: vec![super::server_filter_chain(
+                "serve-all",
+                &hcm_with(routes, None),
+            )],
             ..Default::default()
         },
     )

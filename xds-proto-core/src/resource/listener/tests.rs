@@ -544,6 +544,20 @@ fn http_filter_errors() {
     }
 }
 
+/// A server filter chain with no match and one HttpConnectionManager (routes over RDS).
+fn server_chain() -> listener_pb::FilterChain {
+    listener_pb::FilterChain {
+        filters: vec![listener_pb::Filter {
+            name: "hcm".to_owned(),
+            config_type: Some(listener_pb::filter::ConfigType::TypedConfig(any(
+                HTTP_CONNECTION_MANAGER_TYPE_URL,
+                &rds_hcm("r"),
+            ))),
+        }],
+        ..Default::default()
+    }
+}
+
 #[test]
 fn server_listener() {
     use core_pb::socket_address::PortSpecifier;
@@ -558,25 +572,25 @@ fn server_listener() {
                 },
             )),
         }),
-        filter_chains: vec![Default::default(), Default::default()],
+        filter_chains: vec![server_chain()],
         ..Default::default()
+    };
+    let chain = FilterChain {
+        name: String::new(),
+        filter_chain_match: FilterChainMatch::default(),
+        http_connection_manager: hcm_of(&client_listener(&rds_hcm("r"))),
+        tls: None,
     };
     assert_eq!(
         decode_listener(&listener(Some(PortSpecifier::PortValue(8080))))
             .unwrap()
             .kind,
-        ListenerKind::Server {
+        ListenerKind::Server(ServerListener {
             address: "0.0.0.0".to_owned(),
             port: 8080,
-            filter_chains: vec![
-                FilterChain {
-                    name: String::new(),
-                    tls: None
-                };
-                2
-            ],
+            filter_chains: vec![chain],
             default_filter_chain: None,
-        }
+        })
     );
     assert_eq!(
         err(&listener(Some(PortSpecifier::PortValue(70_000)))),

@@ -731,8 +731,40 @@ fn server_listener(
 }
 
 fn chain(name: &str, tls: Option<&tls_pb::DownstreamTlsContext>) -> listener_pb::FilterChain {
+    use crate::pb::envoy::extensions::filters::http::router::v3 as router_pb;
+    use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm_pb;
+    let router = hcm_pb::HttpFilter {
+        name: "router".to_owned(),
+        config_type: Some(hcm_pb::http_filter::ConfigType::TypedConfig(pbuf::Any {
+            type_url: listener::ROUTER_FILTER_TYPE_URL.to_owned(),
+            value: router_pb::Router::default().encode_to_vec().into(),
+        })),
+        ..Default::default()
+    };
+    let hcm = hcm_pb::HttpConnectionManager {
+        http_filters: vec![router],
+        route_specifier: Some(hcm_pb::http_connection_manager::RouteSpecifier::Rds(
+            hcm_pb::Rds {
+                config_source: Some(core_pb::ConfigSource {
+                    config_source_specifier: Some(
+                        core_pb::config_source::ConfigSourceSpecifier::Ads(Default::default()),
+                    ),
+                    ..Default::default()
+                }),
+                route_config_name: "routes".to_owned(),
+            },
+        )),
+        ..Default::default()
+    };
     listener_pb::FilterChain {
         name: name.to_owned(),
+        filters: vec![listener_pb::Filter {
+            name: "hcm".to_owned(),
+            config_type: Some(listener_pb::filter::ConfigType::TypedConfig(pbuf::Any {
+                type_url: listener::HTTP_CONNECTION_MANAGER_TYPE_URL.to_owned(),
+                value: hcm.encode_to_vec().into(),
+            })),
+        }],
         transport_socket: tls.map(|t| socket(listener_tls_type(), t)),
         ..Default::default()
     }
@@ -757,7 +789,7 @@ fn lds(tls: &tls_pb::DownstreamTlsContext) -> Result<Option<DownstreamTls>, Stri
     let (_, value) =
         listener::decode_in(&DecodeContext::new(&b), &l.encode_to_vec()).map_err(|e| e.message)?;
     match value.kind {
-        ListenerKind::Server { filter_chains, .. } => Ok(filter_chains[0].tls.clone()),
+        ListenerKind::Server(server) => Ok(server.filter_chains[0].tls.clone()),
         other => panic!("expected a server listener, got {other:?}"),
     }
 }
@@ -819,39 +851,35 @@ fn a_downstream_context_keeps_identity_client_roots_and_requirement() {
 fn server_filter_chains_without_a_socket_use_the_fallback() {
     let b = bootstrap();
     let mtls = downstream(Some(common(direct(ca_context()))), Some(true));
+    // Two chains need different matches (A36 NACKs duplicates).
+    let secure = listener_pb::FilterChain {
+        filter_chain_match: Some(listener_pb::FilterChainMatch {
+            source_ports: vec![443],
+            ..Default::default()
+        }),
+        ..chain("secure", Some(&mtls))
+    };
     let l = server_listener(
-        vec![chain("plain", None), chain("secure", Some(&mtls))],
+        vec![chain("plain", None), secure],
         Some(chain("default", Some(&mtls))),
     );
     let (_, value) = listener::decode_in(&DecodeContext::new(&b), &l.encode_to_vec()).unwrap();
-    let ListenerKind::Server {
-        filter_chains,
-        default_filter_chain,
-        ..
-    } = value.kind
-    else {
+    let ListenerKind::Server(server) = value.kind else {
         panic!("a server listener")
     };
     let expected = lds(&mtls).unwrap();
+    let named_tls = |c: &FilterChain| (c.name.clone(), c.tls.clone());
     assert_eq!(
-        filter_chains,
-        vec![
-            FilterChain {
-                name: "plain".into(),
-                tls: None
-            },
-            FilterChain {
-                name: "secure".into(),
-                tls: expected.clone()
-            },
-        ]
+        server
+            .filter_chains
+            .iter()
+            .map(named_tls)
+            .collect::<Vec<_>>(),
+        vec![("plain".into(), None), ("secure".into(), expected.clone())]
     );
     assert_eq!(
-        default_filter_chain,
-        Some(FilterChain {
-            name: "default".into(),
-            tls: expected
-        })
+        server.default_filter_chain.as_deref().map(named_tls),
+        Some(("default".into(), expected))
     );
     // Errors name the chain.
     let bad = downstream(None, None);

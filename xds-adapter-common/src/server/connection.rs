@@ -1,0 +1,172 @@
+//! One accepted connection of an xDS-enabled server: its filter chain chosen by its
+//! addresses (A36; none: closed without a byte), its chain's `DownstreamTls` applied
+//! with `XdsServerCredentials` (A29; a chain without one is plaintext), HTTP/2 served
+//! with every RPC admitted by the chain's routes, and a drain when the listener it was
+//! accepted under is replaced or the server stops serving: GOAWAY at once, then closed
+//! after the drain grace time, RPCs in flight finishing meanwhile.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::{Either, select};
+use futures::io::{AsyncRead, AsyncWrite};
+use rand_core::{RngCore, SeedableRng};
+use tower_service::Service;
+use xds_proto_core::server::ConnectionAddrs;
+
+use super::Shared;
+use super::rpc::{BoxError, ConnectionContext, PeerIdentity, ServerRpcHook, call_service};
+use crate::io::HyperIo;
+use crate::runtime::{HyperExecutor, HyperTimer, Runtime};
+use crate::security::{CertificateProviders, XdsServerCredentials};
+
+/// What every connection of one server shares.
+pub(crate) struct ConnectionSettings<R, S> {
+    pub(crate) rt: R,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) service: S,
+    pub(crate) providers: CertificateProviders,
+    pub(crate) hook: Option<Arc<dyn ServerRpcHook>>,
+    pub(crate) drain_grace: Duration,
+}
+
+/// Serves one accepted connection until it ends or has drained.
+pub(crate) async fn serve_connection<R, S, B, IO>(
+    settings: Arc<ConnectionSettings<R, S>>,
+    io: IO,
+    local: SocketAddr,
+    peer: SocketAddr,
+) where
+    R: Runtime,
+    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    // NOT_SERVING: close without sending a byte (A36).
+    let Some((config, drained)) = settings.shared.admit_connection() else {
+        return;
+    };
+    let Some(chain) = config
+        .select_filter_chain(ConnectionAddrs { local, peer })
+        .cloned()
+    else {
+        tracing::debug!(%peer, "no filter chain matches the connection; closing it");
+        return;
+    };
+    let tls = chain.tls.clone();
+    let mut context = ConnectionContext {
+        config,
+        chain,
+        local,
+        peer,
+        peer_identity: None,
+        hook: settings.hook.clone(),
+    };
+    match tls {
+        None => serve_h2(settings, HyperIo::new(io), context, drained).await,
+        Some(tls) => {
+            let credentials = XdsServerCredentials::new(tls, settings.providers.clone());
+            let config = match credentials.server_config() {
+                Ok(config) => config,
+                Err(error) => {
+                    tracing::warn!(%peer, %error, "no TLS configuration for the filter chain");
+                    return;
+                }
+            };
+            let stream = match futures_rustls::TlsAcceptor::from(config).accept(io).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+            };
+            context.peer_identity = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .map(peer_identity);
+            serve_h2(settings, HyperIo::new(stream), context, drained).await;
+        }
+    }
+}
+
+fn peer_identity(leaf: &rustls::pki_types::CertificateDer<'_>) -> PeerIdentity {
+    let sans = crate::security::leaf_sans(leaf).unwrap_or_default();
+    let subject = x509_parser::parse_x509_certificate(leaf)
+        .map(|(_, cert)| cert.subject().to_string())
+        .unwrap_or_default();
+    PeerIdentity { sans, subject }
+}
+
+async fn serve_h2<R, S, B, IO>(
+    settings: Arc<ConnectionSettings<R, S>>,
+    io: HyperIo<IO>,
+    context: ConnectionContext,
+    drained: futures::channel::oneshot::Receiver<()>,
+) where
+    R: Runtime,
+    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let context = Arc::new(context);
+    let service_settings = settings.clone();
+    // Route `runtime_fraction` draws; not security sensitive.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(context.peer.port());
+    let random = Arc::new(std::sync::Mutex::new(
+        rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed),
+    ));
+    let handler =
+        hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let settings = service_settings.clone();
+            let context = context.clone();
+            let random = random.clone();
+            let response: crate::runtime::BoxFuture<
+                Result<http::Response<tonic::body::Body>, std::convert::Infallible>,
+            > = Box::pin(async move {
+                let latest = settings.shared.latest_config();
+                let mut draw = || random.lock().unwrap_or_else(|e| e.into_inner()).next_u32();
+                if let Some(refusal) = context.refusal(latest.as_ref(), &request, &mut draw) {
+                    return Ok(refusal);
+                }
+                // A failed service is the RPC's failure, not the connection's.
+                Ok(call_service(settings.service.clone(), request)
+                    .await
+                    .unwrap_or_else(|e| tonic::Status::unknown(e.to_string()).into_http()))
+            });
+            response
+        });
+    let connection = hyper::server::conn::http2::Builder::new(HyperExecutor(settings.rt.clone()))
+        .timer(HyperTimer::new(settings.rt.clone()))
+        .serve_connection(io, handler);
+    let mut connection = std::pin::pin!(connection);
+    match select(connection.as_mut(), drained).await {
+        Either::Left(_) => {}
+        Either::Right(_) => {
+            // GOAWAY now; RPCs in flight finish within the grace time.
+            connection.as_mut().graceful_shutdown();
+            let grace = settings.rt.sleep(settings.drain_grace);
+            let _ = select(connection, grace).await;
+        }
+    }
+}

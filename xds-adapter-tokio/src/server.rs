@@ -1,0 +1,58 @@
+//! `XdsServer` on tokio: binds the listening port and hands its connections to the
+//! shared [`xds_adapter_common::XdsServerBuilder`].
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use tokio_util::compat::TokioAsyncReadCompatExt;
+use tower_service::Service;
+use xds_adapter_common::server::BoxError;
+
+use crate::{Client, TokioRuntime};
+
+pub use xds_adapter_common::server::{
+    DEFAULT_DRAIN_GRACE, PeerIdentity, ServerRpc, ServerRpcHook, XdsServer,
+};
+pub use xds_proto_core::server::ServingMode;
+
+/// Configures an [`XdsServer`] on tokio: see [`xds_adapter_common::XdsServerBuilder`].
+pub type XdsServerBuilder = xds_adapter_common::XdsServerBuilder<TokioRuntime>;
+
+/// Binds `addr` (a fixed port: A36 has no ephemeral ports) and serves `service` as an
+/// xDS-enabled server configured by `builder`.
+///
+/// # Errors
+/// The port cannot be bound, or [`XdsServerBuilder::serve_incoming`]'s errors.
+pub async fn serve<S, B>(
+    builder: XdsServerBuilder,
+    addr: SocketAddr,
+    service: S,
+) -> Result<XdsServer, Box<dyn std::error::Error + Send + Sync>>
+where
+    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listening = listener.local_addr()?;
+    let incoming = Box::pin(futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.and_then(|(tcp, peer)| {
+            tcp.set_nodelay(true)?;
+            let local = tcp.local_addr()?;
+            Ok((tcp.compat(), local, peer))
+        });
+        Some((accepted, listener))
+    }));
+    Ok(builder.serve_incoming(listening, incoming, service).await?)
+}
+
+/// [`XdsServerBuilder::new`] for a client.
+pub fn builder(client: Client) -> XdsServerBuilder {
+    XdsServerBuilder::new(client)
+}
