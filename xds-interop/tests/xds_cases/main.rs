@@ -44,19 +44,5 @@ cases!(
     routing::header_matching,
     routing::circuit_breaking,
     routing::timeout,
+    fault::fault_injection,
 );
-
-/// gRPC-Go has the fault filter: its client passing the case checks the case that
-/// ours runs once our filter lands ([`fault_injection_with_ours`]).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_injection() {
-    use support::both::{Which, run_case};
-    run_case("fault_injection", &[Which::GrpcGo], fault::fault_injection).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the fault injection filter (issue 22)"]
-async fn fault_injection_with_ours() {
-    use support::both::{Which, run_case};
-    run_case("fault_injection", &[Which::Ours], fault::fault_injection).await;
-}
