@@ -165,9 +165,7 @@ impl RbacPerRoute {
     /// An override that replaces the filter's config with `config` (a whole `RBAC`
     /// message given as a route's override, A39).
     pub fn replacing(config: RbacConfig) -> RbacPerRoute {
-        RbacPerRoute {
-            rbac: Some(config),
-        }
+        RbacPerRoute { rbac: Some(config) }
     }
 
     /// The route's config; `None` when the override disables the filter.
