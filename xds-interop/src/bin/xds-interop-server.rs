@@ -1,9 +1,16 @@
 //! gRPC's xDS interop test server: TestService on `--port`, XdsUpdateHealthService
-//! and the health service on `--maintenance_port` (the same port by default). See
-//! the `xds_interop` crate documentation.
+//! and the health service on `--maintenance_port` (the same port by default). With
+//! `--secure_mode=true` TestService is served by an xDS-enabled server (`XdsServer`,
+//! gRFC A36: the Listener named after the listening address, mTLS from its filter
+//! chain's DownstreamTlsContext and the bootstrap's certificate providers, A29), and
+//! the maintenance port, which must then differ, serves CSDS of the server's xDS
+//! client beside health in plaintext, as gRPC's test servers do. See the
+//! `xds_interop` crate documentation.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use xds_adapter_tokio::server::{ServingMode, XdsServerBuilder, serve};
+use xds_adapter_tokio::{ClientPool, CsdsService, load_bootstrap_from_env};
 use xds_interop::flags::{FlagError, Flags};
 use xds_interop::routes::Routes;
 use xds_interop::server::{Identity, Serving, TestServer};
@@ -19,22 +26,33 @@ const FLAGS: &[&str] = &[
     "listen_host",
 ];
 
+/// gRPC-Go's default `--maintenance_port`, used in secure mode (where it must differ
+/// from `--port`).
+const SECURE_MAINTENANCE_PORT: u16 = 8081;
+
 struct ServerFlags {
     host: IpAddr,
     port: u16,
     maintenance_port: u16,
+    secure_mode: bool,
     identity: Identity,
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<ServerFlags, FlagError> {
     let flags = Flags::parse(args, FLAGS)?;
-    if flags.bool_or("secure_mode", false)? {
+    let secure_mode = flags.bool_or("secure_mode", false)?;
+    let port = flags.port_or("port", 8080)?;
+    let maintenance_port = if secure_mode {
+        flags.port_or("maintenance_port", SECURE_MAINTENANCE_PORT)?
+    } else {
+        flags.port_or("maintenance_port", port)?
+    };
+    if secure_mode && maintenance_port == port {
         return Err(FlagError::new(
-            "secure_mode",
-            "true needs an xDS-enabled server (gRFC A36), which xds-proto does not have yet",
+            "maintenance_port",
+            "must differ from --port with --secure_mode=true (the maintenance services stay plaintext)",
         ));
     }
-    let port = flags.port_or("port", 8080)?;
     let hostname = match flags.raw("host_name_override") {
         Some(name) if !name.is_empty() => name.to_string(),
         Some(_) => return Err(FlagError::new("host_name_override", "empty")),
@@ -43,7 +61,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<ServerFlags, FlagErro
     Ok(ServerFlags {
         host: flags.get_or("listen_host", IpAddr::from(Ipv4Addr::UNSPECIFIED))?,
         port,
-        maintenance_port: flags.port_or("maintenance_port", port)?,
+        maintenance_port,
+        secure_mode,
         identity: Identity {
             hostname,
             server_id: flags.get_or("server_id", "rust_server".to_string())?,
@@ -60,42 +79,77 @@ fn machine_hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+fn fail(message: impl std::fmt::Display) -> ! {
+    eprintln!("xds-interop-server: {message}");
+    std::process::exit(1);
+}
+
 async fn listen(host: IpAddr, port: u16) -> tokio::net::TcpListener {
-    match tokio::net::TcpListener::bind((host, port)).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            eprintln!("xds-interop-server: cannot listen on port {port}: {e}");
-            std::process::exit(1);
-        }
-    }
+    tokio::net::TcpListener::bind((host, port))
+        .await
+        .unwrap_or_else(|e| fail(format!("cannot listen on port {port}: {e}")))
+}
+
+/// Secure mode: TestService through an `XdsServer` on `--port`, the maintenance
+/// services (with CSDS of the server's xDS client) in plaintext on
+/// `--maintenance_port`.
+async fn serve_secure(flags: &ServerFlags, test: Routes, serving: Serving) {
+    let bootstrap = load_bootstrap_from_env().unwrap_or_else(|e| fail(format!("bootstrap: {e}")));
+    let pool = ClientPool::builder(bootstrap)
+        .build_pool()
+        .unwrap_or_else(|e| fail(format!("xDS client: {e}")));
+    let maintenance = listen(flags.host, flags.maintenance_port).await;
+    let builder = XdsServerBuilder::new(pool.server_client()).on_serving_mode(
+        |addr: SocketAddr, mode: &ServingMode| {
+            eprintln!("xds-interop-server: {addr} is {mode:?}");
+        },
+    );
+    let server = serve(builder, SocketAddr::new(flags.host, flags.port), test)
+        .await
+        .unwrap_or_else(|e| fail(format!("xDS-enabled server on port {}: {e}", flags.port)));
+    eprintln!(
+        "xds-interop-server: listener {} for port {}",
+        server.listener_name(),
+        flags.port
+    );
+    serving
+        .routes(Routes::new().with(CsdsService::new(pool.clone())))
+        .serve(maintenance)
+        .await;
 }
 
 #[tokio::main]
 async fn main() {
     xds_interop::init_logging();
-    let flags = match parse(std::env::args().skip(1)) {
-        Ok(flags) => flags,
-        Err(e) => {
-            eprintln!("xds-interop-server: {e}");
-            std::process::exit(2);
-        }
-    };
-    let test = TestServer::new(flags.identity.clone()).service();
+    let flags = parse(std::env::args().skip(1)).unwrap_or_else(|e| {
+        eprintln!("xds-interop-server: {e}");
+        std::process::exit(2);
+    });
+    let test = Routes::new().with(TestServer::new(flags.identity.clone()).service());
     let serving = Serving::default();
-    let test_listener = listen(flags.host, flags.port).await;
     eprintln!(
-        "xds-interop-server: {} ({}) on port {}, maintenance on {}",
-        flags.identity.hostname, flags.identity.server_id, flags.port, flags.maintenance_port
+        "xds-interop-server: {} ({}) on port {}{}, maintenance on {}",
+        flags.identity.hostname,
+        flags.identity.server_id,
+        flags.port,
+        if flags.secure_mode {
+            " (xDS-enabled)"
+        } else {
+            ""
+        },
+        flags.maintenance_port
     );
+    if flags.secure_mode {
+        serve_secure(&flags, test, serving).await;
+        return;
+    }
+    let test_listener = listen(flags.host, flags.port).await;
     if flags.maintenance_port == flags.port {
-        serving
-            .routes(Routes::new().with(test))
-            .serve(test_listener)
-            .await;
+        serving.routes(test).serve(test_listener).await;
     } else {
         let maintenance = listen(flags.host, flags.maintenance_port).await;
         tokio::join!(
-            Routes::new().with(test).serve(test_listener),
+            test.serve(test_listener),
             serving.routes(Routes::new()).serve(maintenance),
         );
     }

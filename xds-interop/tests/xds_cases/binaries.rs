@@ -43,8 +43,8 @@ fn bad_flags_end_the_binaries_naming_the_flag() {
     let cases: [(&str, &[&str], &str); 6] = [
         (
             server,
-            &["--secure_mode=true"],
-            "--secure_mode: true needs an xDS-enabled server",
+            &["--secure_mode=true", "--port=8081"],
+            "--maintenance_port: must differ from --port",
         ),
         (server, &["--port=0"], "--port: a port from 1 to 65535"),
         (server, &["--colour=blue"], "--colour: unknown flag"),

@@ -32,6 +32,11 @@ pub enum Servers {
     /// UpstreamTlsContext the servers' SPIFFE ID (instance `mesh`), and the client
     /// runs with `--secure_mode=true`.
     GrpcGoXdsMtls(PathBuf),
+    /// `xds-interop-server --secure_mode=true` (an `XdsServer`), served Listeners as
+    /// [`Servers::GrpcGoXds`]'s.
+    OursXds,
+    /// The same with mTLS, as [`Servers::GrpcGoXdsMtls`].
+    OursXdsMtls,
 }
 
 impl Servers {
@@ -42,6 +47,32 @@ impl Servers {
             Servers::GrpcGo(_) => " on grpc-go servers",
             Servers::GrpcGoXds(_) => " on grpc-go xDS servers",
             Servers::GrpcGoXdsMtls(_) => " on grpc-go xDS servers, mTLS",
+            Servers::OursXds => " on xDS-enabled xds-interop-servers",
+            Servers::OursXdsMtls => " on xDS-enabled xds-interop-servers, mTLS",
+        }
+    }
+
+    /// Whether they are xDS-enabled servers, served a Listener each.
+    fn xds_enabled(&self) -> bool {
+        !matches!(self, Servers::Ours | Servers::GrpcGo(_))
+    }
+
+    /// Whether their Listeners require mTLS.
+    fn mtls(&self) -> bool {
+        matches!(self, Servers::GrpcGoXdsMtls(_) | Servers::OursXdsMtls)
+    }
+
+    /// How to run them, with the xDS-enabled servers' `bootstrap`.
+    fn binary(&self, bootstrap: &str) -> ServerBinary {
+        let bootstrap = bootstrap.to_string();
+        match self {
+            Servers::Ours => ServerBinary::Ours,
+            Servers::GrpcGo(path) => ServerBinary::GrpcGo(path.clone()),
+            Servers::GrpcGoXds(path) | Servers::GrpcGoXdsMtls(path) => ServerBinary::GrpcGoXds {
+                binary: path.clone(),
+                bootstrap,
+            },
+            Servers::OursXds | Servers::OursXdsMtls => ServerBinary::OursXds { bootstrap },
         }
     }
 }
@@ -69,10 +100,10 @@ fn mtls_bootstrap(plane: &ControlPlane) -> (MeshPki, String) {
     (pki, bootstrap)
 }
 
-/// The Listener of gRPC-Go's xDS-enabled server on `port`: it listens on 127.0.0.1 (the
-/// build's overlay, `interop/grpc-go/build.sh`), so the Listener is named after
-/// 127.0.0.1:port and has that address.
-fn go_server_listener(port: u32, mtls: bool) -> Any {
+/// The Listener of an xDS-enabled server on `port`: it listens on 127.0.0.1 (gRPC-Go's
+/// by the build's overlay, `interop/grpc-go/build.sh`, ours by `--listen_host`), so
+/// the Listener is named after 127.0.0.1:port and has that address.
+fn server_listener(port: u32, mtls: bool) -> Any {
     let port = u16::try_from(port).expect("a port");
     if !mtls {
         return serving_listener(SERVER_LISTENER_TEMPLATE, ([127, 0, 0, 1], port).into());
@@ -91,30 +122,23 @@ async fn four_backends(
     fail_on_failed_rpcs: bool,
 ) -> (Keep, Vec<Backend>, InteropClient) {
     let plane = ControlPlane::start();
-    let mtls = matches!(servers, Servers::GrpcGoXdsMtls(_));
-    let (pki, bootstrap) = match servers {
-        Servers::GrpcGoXdsMtls(_) => {
-            let (pki, bootstrap) = mtls_bootstrap(&plane);
-            (Some(pki), bootstrap)
-        }
-        Servers::GrpcGoXds(_) => (None, plane.server_bootstrap(SERVER_LISTENER_TEMPLATE)),
-        _ => (None, plane.bootstrap()),
+    let mtls = servers.mtls();
+    let (pki, bootstrap) = if mtls {
+        let (pki, bootstrap) = mtls_bootstrap(&plane);
+        (Some(pki), bootstrap)
+    } else if servers.xds_enabled() {
+        (None, plane.server_bootstrap(SERVER_LISTENER_TEMPLATE))
+    } else {
+        (None, plane.bootstrap())
     };
-    let server = match servers {
-        Servers::Ours => ServerBinary::Ours,
-        Servers::GrpcGo(path) => ServerBinary::GrpcGo(path.clone()),
-        Servers::GrpcGoXds(path) | Servers::GrpcGoXdsMtls(path) => ServerBinary::GrpcGoXds {
-            binary: path.clone(),
-            bootstrap: bootstrap.clone(),
-        },
-    };
+    let server = servers.binary(&bootstrap);
     let mut backends = Vec::new();
     for i in 0..4 {
         backends.push(Backend::start_binary(&format!("backend-{i}"), server.clone()).await);
     }
-    if let ServerBinary::GrpcGoXds { .. } = server {
+    if servers.xds_enabled() {
         let mut listeners = vec![listener(LISTENER, ROUTES)];
-        listeners.extend(backends.iter().map(|b| go_server_listener(b.port(), mtls)));
+        listeners.extend(backends.iter().map(|b| server_listener(b.port(), mtls)));
         plane.set_listeners(listeners);
     }
     let all: Vec<&Backend> = backends.iter().collect();

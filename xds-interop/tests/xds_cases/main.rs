@@ -18,6 +18,7 @@ mod grpc_go_server;
 mod lb;
 mod routing;
 mod support;
+mod xds_server;
 
 /// A test per case, running it with `xds-interop-client` and gRPC-Go's client in
 /// parallel ([`support::both`]).

@@ -73,6 +73,10 @@ async fn wait_listening(port: u16, what: &str, child: &mut Child) {
 pub enum ServerBinary {
     /// `xds-interop-server`.
     Ours,
+    /// `xds-interop-server --secure_mode=true`: an `XdsServer` that fetches its
+    /// Listener from the control plane of this bootstrap, and serves its maintenance
+    /// services on a second port.
+    OursXds { bootstrap: String },
     /// gRPC-Go's, plain (`--secure_mode=false`).
     GrpcGo(PathBuf),
     /// gRPC-Go's as an xDS-enabled server (`--secure_mode=true`): it fetches its
@@ -86,7 +90,7 @@ pub struct Backend {
     name: String,
     binary: ServerBinary,
     port: u16,
-    /// gRPC-Go's xDS-enabled server's `--maintenance_port`.
+    /// An xDS-enabled server's `--maintenance_port`.
     maintenance: Option<RefusingPort>,
     child: Option<Child>,
     /// While stopped, its port, kept from other tests.
@@ -102,7 +106,11 @@ impl Backend {
     /// Starts `binary` named `name` on a free port.
     pub async fn start_binary(name: &str, binary: ServerBinary) -> Backend {
         let held = RefusingPort::new();
-        let maintenance = matches!(binary, ServerBinary::GrpcGoXds { .. }).then(RefusingPort::new);
+        let maintenance = matches!(
+            binary,
+            ServerBinary::GrpcGoXds { .. } | ServerBinary::OursXds { .. }
+        )
+        .then(RefusingPort::new);
         let mut backend = Backend {
             name: name.to_string(),
             binary,
@@ -139,25 +147,36 @@ impl Backend {
     pub async fn resume(&mut self) {
         assert!(self.child.is_none(), "{} runs already", self.name);
         drop(self.held.take());
+        let maintenance = self.maintenance.as_ref().map(|m| m.port());
         let mut command = match &self.binary {
             ServerBinary::Ours => {
                 let mut command = Command::new(env!("CARGO_BIN_EXE_xds-interop-server"));
                 command.arg("--listen_host=127.0.0.1");
                 command
             }
+            ServerBinary::OursXds { bootstrap } => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_xds-interop-server"));
+                command
+                    .arg("--listen_host=127.0.0.1")
+                    .arg("--secure_mode=true")
+                    .env_remove("GRPC_XDS_BOOTSTRAP")
+                    .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap);
+                command
+            }
             // gRPC-Go's server has no such flag: it listens on every IPv4 address.
             ServerBinary::GrpcGo(binary) => Command::new(binary),
             ServerBinary::GrpcGoXds { binary, bootstrap } => {
-                let maintenance = self.maintenance.as_ref().expect("a maintenance port");
                 let mut command = Command::new(binary);
                 command
                     .arg("--secure_mode=true")
-                    .arg(format!("--maintenance_port={}", maintenance.port()))
                     .env_remove("GRPC_XDS_BOOTSTRAP")
                     .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap);
                 command
             }
         };
+        if let Some(port) = maintenance {
+            command.arg(format!("--maintenance_port={port}"));
+        }
         let child = command
             .arg(format!("--port={}", self.port))
             .arg(format!("--host_name_override={}", self.name))
