@@ -1,13 +1,17 @@
 //! The binaries themselves: bad flags end them with a message naming the flag, the
 //! server plays `rpc-behavior` and its health follows XdsUpdateHealthService, and the
-//! client sends `--qps` per channel and serves CSDS on its stats port.
+//! client sends `--qps` per channel and serves CSDS on its stats port; in secure mode
+//! the server serves TestService once its Listener arrives, and its maintenance
+//! services with CSDS in plaintext meanwhile.
 
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::admin::v3::ClientResourceStatus;
+use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use xds_adapter_tokio::xds_proto_core::pb::envoy::service::status::v3::{
     ClientStatusRequest, ClientStatusResponse,
 };
@@ -18,7 +22,9 @@ use xds_interop::pb::health::health_client::HealthClient;
 use xds_interop::pb::testing::test_service_client::TestServiceClient;
 use xds_interop::pb::testing::xds_update_health_service_client::XdsUpdateHealthServiceClient;
 use xds_interop::pb::testing::{Empty, SimpleRequest, SimpleResponse};
-use xds_test_server::resources::{cluster, prefix, to_cluster};
+use xds_test_server::resources::{
+    SERVER_LISTENER_TEMPLATE, cluster, prefix, server_listener_name, serving_listener, to_cluster,
+};
 
 use crate::support::*;
 
@@ -205,8 +211,16 @@ async fn the_client_sends_qps_per_channel_and_serves_csds_on_its_stats_port() {
         ok == all && (60..=100).contains(&all),
         "{ok} of {all} RPCs OK in 2 s, expected about 80"
     );
-    let mut grpc = tonic::client::Grpc::new(client.stats_channel());
-    grpc.ready().await.expect("the stats port");
+    let configs = fetch_client_status(client.stats_channel()).await;
+    let acked = |type_url: &str, name: &str| acked(&configs, type_url, name);
+    assert!(acked(type_url::LISTENER, LISTENER), "{configs:#?}");
+    assert!(acked(type_url::CLUSTER, "c"), "{configs:#?}");
+}
+
+/// The xDS configs of a CSDS FetchClientStatus on `channel`, of every client.
+async fn fetch_client_status(channel: Channel) -> Vec<GenericXdsConfig> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("the CSDS port");
     let path = PathAndQuery::from_static(
         "/envoy.service.status.v3.ClientStatusDiscoveryService/FetchClientStatus",
     );
@@ -220,18 +234,84 @@ async fn the_client_sends_qps_per_channel_and_serves_csds_on_its_stats_port() {
         .await
         .expect("FetchClientStatus")
         .into_inner();
-    let configs: Vec<_> = response
+    response
         .config
-        .iter()
-        .flat_map(|c| &c.generic_xds_configs)
-        .collect();
-    let acked = |type_url: &str, name: &str| {
-        configs.iter().any(|c| {
-            c.type_url == type_url
-                && c.name == name
-                && c.client_status == ClientResourceStatus::Acked as i32
-        })
+        .into_iter()
+        .flat_map(|c| c.generic_xds_configs)
+        .collect()
+}
+
+/// Whether `configs` has `name` of `type_url`, ACKed.
+fn acked(configs: &[GenericXdsConfig], type_url: &str, name: &str) -> bool {
+    configs.iter().any(|c| {
+        c.type_url == type_url
+            && c.name == name
+            && c.client_status == ClientResourceStatus::Acked as i32
+    })
+}
+
+/// A plaintext channel to 127.0.0.1:`port`.
+async fn connect(port: u16) -> Channel {
+    Channel::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("an endpoint")
+        .connect()
+        .await
+        .expect("the port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secure_server_serves_once_its_listener_arrives_and_maintenance_in_plaintext() {
+    let plane = ControlPlane::start();
+    let bootstrap = plane.server_bootstrap(SERVER_LISTENER_TEMPLATE);
+    let backend = Backend::start_binary("secure-0", ServerBinary::OursXds { bootstrap }).await;
+    let maintenance = connect(backend.maintenance_port().expect("a maintenance port")).await;
+    let port = u16::try_from(backend.port()).expect("a port");
+    let listening = SocketAddr::from(([127, 0, 0, 1], port));
+    // NOT_SERVING without its Listener: connections are closed without a byte.
+    let refused = async {
+        let channel = Channel::from_shared(format!("http://{listening}")).expect("an endpoint");
+        match channel.connect().await {
+            Err(_) => true,
+            Ok(channel) => unary(&channel, "", Duration::from_secs(2)).await.is_err(),
+        }
     };
-    assert!(acked(type_url::LISTENER, LISTENER), "{configs:#?}");
-    assert!(acked(type_url::CLUSTER, "c"), "{configs:#?}");
+    assert!(refused.await, "TestService answers without its Listener");
+    // Health, XdsUpdateHealthService and CSDS of the server's xDS client on the
+    // plaintext maintenance port, meanwhile.
+    let mut health = HealthClient::new(maintenance.clone());
+    let check = health.check(HealthCheckRequest::default()).await;
+    assert_eq!(
+        check.expect("Check").into_inner().status(),
+        ServingStatus::Serving
+    );
+    plane.set_listeners(vec![serving_listener(SERVER_LISTENER_TEMPLATE, listening)]);
+    let name = server_listener_name(SERVER_LISTENER_TEMPLATE, listening);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let reply = loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{listening}"))
+            .expect("an endpoint")
+            .connect()
+            .await
+            && let Ok(reply) = unary(&channel, "", Duration::from_secs(2)).await
+        {
+            break reply.into_inner();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never served on {listening}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(reply.hostname, "secure-0");
+    let configs = fetch_client_status(maintenance.clone()).await;
+    assert!(acked(&configs, type_url::LISTENER, &name), "{configs:#?}");
+    XdsUpdateHealthServiceClient::new(maintenance)
+        .set_not_serving(Empty {})
+        .await
+        .expect("SetNotServing");
+    let check = health.check(HealthCheckRequest::default()).await;
+    assert_eq!(
+        check.expect("Check").into_inner().status(),
+        ServingStatus::NotServing
+    );
 }

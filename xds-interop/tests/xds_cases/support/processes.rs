@@ -133,6 +133,11 @@ impl Backend {
         u32::from(self.port)
     }
 
+    /// An xDS-enabled server's `--maintenance_port`.
+    pub fn maintenance_port(&self) -> Option<u16> {
+        self.maintenance.as_ref().map(RefusingPort::port)
+    }
+
     /// Kills it (as a crashed server); its port refuses connections until
     /// [`resume`](Self::resume).
     pub fn stop(&mut self) {
