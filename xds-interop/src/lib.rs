@@ -2,14 +2,16 @@
 //!
 //! `xds-interop-server` is gRPC's xDS test server (TestService answering with its
 //! hostname and server id, the `rpc-behavior` metadata, XdsUpdateHealthService and the
-//! gRPC health service); `xds-interop-client` is gRPC's xDS test client (RPCs at a
+//! gRPC health service; with `--secure_mode=true` TestService is served by an
+//! xDS-enabled server, `XdsServer`, and the maintenance port adds CSDS); `xds-interop-client` is gRPC's xDS test client (RPCs at a
 //! constant rate per channel over [`xds_adapter_tokio::XdsChannel`], with
 //! LoadBalancerStatsService, XdsUpdateClientConfigureService and CSDS on its stats
 //! port). Their flags, services and messages are those of gRPC's
 //! `doc/xds-test-descriptions.md` and `grpc/testing/*.proto`, so gRPC's own driver can
 //! run them; `tests/` holds a local driver that runs gRPC's xDS test cases against them
 //! with the loopback control plane of `xds-test-server`, each case with gRPC-Go's own
-//! interop client too, and the client against gRPC-Go's interop server.
+//! interop client too, the client against gRPC-Go's interop server, and both clients
+//! against the server in secure mode.
 //!
 //! The parts: [`flags`] (typed flag parsing), [`routes`] (several tonic services on
 //! one HTTP/2 port), [`behavior`] (`rpc-behavior`), [`server`] (the server's services),

@@ -5,8 +5,9 @@
 //! gRPC-Go's own interop client (skipped without its build, see `support/grpc_go.rs`):
 //! a case gRPC-Go's client passes asserts what gRPC's binaries do, and ours must pass
 //! it too. `grpc_go_server` runs ours against gRPC-Go's interop server as backends,
-//! plain and xDS-enabled. Each case starts its own control plane, backends and client
-//! on free ports, so the cases run in parallel; they assert what the description
+//! plain and xDS-enabled; `xds_server` runs both clients against ours in secure mode
+//! (xDS-enabled, plaintext and mTLS). Each case starts its own control plane, backends
+//! and client on free ports, so the cases run in parallel; they assert what the description
 //! asserts through the client's LoadBalancerStatsService, polling it rather than
 //! sleeping. The times of the timeout and fault injection cases are scaled
 //! down, their order kept. `--nocapture` prints each case's wall time;
