@@ -79,9 +79,15 @@ fn machine_hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-fn fail(message: impl std::fmt::Display) -> ! {
+/// Ends the server: exit code 2 for what the user gave (flags, bootstrap), 1 for the
+/// rest (a port that cannot be bound).
+fn exit(code: i32, message: impl std::fmt::Display) -> ! {
     eprintln!("xds-interop-server: {message}");
-    std::process::exit(1);
+    std::process::exit(code);
+}
+
+fn fail(message: impl std::fmt::Display) -> ! {
+    exit(1, message)
 }
 
 async fn listen(host: IpAddr, port: u16) -> tokio::net::TcpListener {
@@ -94,10 +100,11 @@ async fn listen(host: IpAddr, port: u16) -> tokio::net::TcpListener {
 /// services (with CSDS of the server's xDS client) in plaintext on
 /// `--maintenance_port`.
 async fn serve_secure(flags: &ServerFlags, test: Routes, serving: Serving) {
-    let bootstrap = load_bootstrap_from_env().unwrap_or_else(|e| fail(format!("bootstrap: {e}")));
+    let bootstrap =
+        load_bootstrap_from_env().unwrap_or_else(|e| exit(2, format!("bootstrap: {e}")));
     let pool = ClientPool::builder(bootstrap)
         .build_pool()
-        .unwrap_or_else(|e| fail(format!("xDS client: {e}")));
+        .unwrap_or_else(|e| exit(2, format!("xDS client: {e}")));
     let maintenance = listen(flags.host, flags.maintenance_port).await;
     let builder = XdsServerBuilder::new(pool.server_client()).on_serving_mode(
         |addr: SocketAddr, mode: &ServingMode| {
@@ -121,10 +128,7 @@ async fn serve_secure(flags: &ServerFlags, test: Routes, serving: Serving) {
 #[tokio::main]
 async fn main() {
     xds_interop::init_logging();
-    let flags = parse(std::env::args().skip(1)).unwrap_or_else(|e| {
-        eprintln!("xds-interop-server: {e}");
-        std::process::exit(2);
-    });
+    let flags = parse(std::env::args().skip(1)).unwrap_or_else(|e| exit(2, e));
     let test = Routes::new().with(TestServer::new(flags.identity.clone()).service());
     let serving = Serving::default();
     eprintln!(

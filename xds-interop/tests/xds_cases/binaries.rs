@@ -46,11 +46,16 @@ fn run(binary: &str, args: &[&str]) -> (Option<i32>, String) {
 fn bad_flags_end_the_binaries_naming_the_flag() {
     let server = env!("CARGO_BIN_EXE_xds-interop-server");
     let client = env!("CARGO_BIN_EXE_xds-interop-client");
-    let cases: [(&str, &[&str], &str); 6] = [
+    let cases: [(&str, &[&str], &str); 7] = [
         (
             server,
             &["--secure_mode=true", "--port=8081"],
             "--maintenance_port: must differ from --port",
+        ),
+        (
+            server,
+            &["--secure_mode=true", "--port=1", "--maintenance_port=2"],
+            "bootstrap:",
         ),
         (server, &["--port=0"], "--port: a port from 1 to 65535"),
         (server, &["--colour=blue"], "--colour: unknown flag"),
