@@ -151,7 +151,10 @@ impl Backend {
     /// Starts it again on its port.
     pub async fn resume(&mut self) {
         assert!(self.child.is_none(), "{} runs already", self.name);
-        drop(self.held.take());
+        // The port stays held (bound, not listening) until the server listens on it:
+        // the server binds beside it (SO_REUSEADDR, as every listener here sets), and
+        // no other test's `bind(0)` can be given it in between.
+        let held = self.held.take();
         let maintenance = self.maintenance.as_ref().map(|m| m.port());
         let mut command = match &self.binary {
             ServerBinary::Ours => {
@@ -168,7 +171,8 @@ impl Backend {
                     .env("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap);
                 command
             }
-            // gRPC-Go's server has no such flag: it listens on every IPv4 address.
+            // gRPC-Go's server has no such flag: its build listens on 127.0.0.1 only
+            // (interop/grpc-go/build.sh).
             ServerBinary::GrpcGo(binary) => Command::new(binary),
             ServerBinary::GrpcGoXds { binary, bootstrap } => {
                 let mut command = Command::new(binary);
@@ -192,6 +196,7 @@ impl Backend {
             .expect("the interop server starts");
         let child = self.child.insert(child);
         wait_listening(self.port, &self.name, child).await;
+        drop(held);
     }
 }
 
@@ -258,7 +263,9 @@ impl InteropClient {
     /// Starts `binary` with `bootstrap` (in `GRPC_XDS_BOOTSTRAP_CONFIG`) and `args`
     /// besides `--stats_port`.
     pub async fn start(binary: &ClientBinary, bootstrap: &str, args: &[&str]) -> InteropClient {
-        let port = RefusingPort::new().port();
+        // Held until the client listens on it (see `Backend::resume`).
+        let held = RefusingPort::new();
+        let port = held.port();
         let child = binary
             .command(args)
             .arg(format!("--stats_port={port}"))
@@ -275,6 +282,7 @@ impl InteropClient {
             child.0.as_mut().expect("not taken"),
         )
         .await;
+        drop(held);
         let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
             .expect("an endpoint")
             .connect()
