@@ -4,11 +4,12 @@
 //! config selector is built ([`ClientFilters`]: the most specific of weighted cluster,
 //! route and virtual host wins), and per-RPC decisions handed to the runtime that
 //! carries the RPC ([`RpcFilters`]). Client filters: fault injection (A33), stateful
-//! session affinity (A55, A60); server filter: RBAC (A41). `gcp_authn` (A83) is
-//! accepted and not run.
+//! session affinity (A55, A60); server filter: RBAC (A41), merged per route in
+//! [`server::RouteFilters`]. `gcp_authn` (A83) is accepted and not run.
 
 pub mod fault;
 pub mod rbac;
+pub mod server;
 pub mod stateful_session;
 
 use std::collections::BTreeMap;

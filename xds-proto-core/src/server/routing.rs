@@ -52,6 +52,10 @@ pub struct RoutedRpc<'a> {
     pub virtual_host: &'a VirtualHost,
     /// The matched route.
     pub route: &'a Route,
+    /// The virtual host's index in the route configuration.
+    pub virtual_host_index: usize,
+    /// The route's index in its virtual host.
+    pub route_index: usize,
 }
 
 impl RoutedRpc<'_> {
@@ -80,16 +84,18 @@ pub fn route_rpc<'a, M: Metadata + ?Sized, R: RandomSource + ?Sized>(
     metadata: &M,
     rng: &mut R,
 ) -> Result<RoutedRpc<'a>, RpcRefusal> {
-    let host = select_virtual_host(&routes.virtual_hosts, authority)
-        .map(|i| &routes.virtual_hosts[i])
-        .ok_or(RpcRefusal::NoVirtualHost)?;
-    let route = host
+    let virtual_host_index =
+        select_virtual_host(&routes.virtual_hosts, authority).ok_or(RpcRefusal::NoVirtualHost)?;
+    let host = &routes.virtual_hosts[virtual_host_index];
+    let route_index = host
         .routes
         .iter()
-        .find(|r| route_matches(&r.matcher, path, metadata, rng))
+        .position(|r| route_matches(&r.matcher, path, metadata, rng))
         .ok_or(RpcRefusal::NoRoute)?;
     Ok(RoutedRpc {
         virtual_host: host,
-        route,
+        route: &host.routes[route_index],
+        virtual_host_index,
+        route_index,
     })
 }

@@ -16,9 +16,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::routing::RpcRefusal;
+use super::routing::{RoutedRpc, RpcRefusal};
 use super::select::{ConnectionAddrs, select_filter_chain};
 use crate::client::WatchEvent;
+use crate::filter::server::{RouteFilters, ServerFilters};
 use crate::resource::listener::{FilterChain, ListenerKind, RouteSource, ServerListener};
 use crate::resource::route::{RouteAction, RouteConfigResource};
 use crate::resource::{Lds, Rds};
@@ -73,9 +74,55 @@ pub struct ServingConfig {
     pub listener: Arc<ServerListener>,
     /// The listener's RDS resources, by name.
     routes: BTreeMap<String, RdsState>,
+    /// Each chain's server filters by route (in [`ServerListener::chains`] order),
+    /// merged once here rather than per RPC.
+    filters: Box<[RouteFilters]>,
 }
 
 impl ServingConfig {
+    fn new(
+        generation: u64,
+        listener: Arc<ServerListener>,
+        routes: BTreeMap<String, RdsState>,
+    ) -> ServingConfig {
+        let mut config = ServingConfig {
+            generation,
+            listener,
+            routes,
+            filters: Box::default(),
+        };
+        config.filters = config
+            .listener
+            .chains()
+            .map(|chain| match config.routes_for(chain) {
+                Ok(routes) => {
+                    RouteFilters::build(&chain.http_connection_manager.http_filters, routes)
+                }
+                Err(_) => RouteFilters::default(),
+            })
+            .collect();
+        config
+    }
+
+    /// The index of `chain` (as [`select_filter_chain`](Self::select_filter_chain)
+    /// returned it) among the listener's chains, for
+    /// [`server_filters`](Self::server_filters).
+    pub fn chain_index(&self, chain: &FilterChain) -> Option<usize> {
+        self.listener.chains().position(|c| std::ptr::eq(c, chain))
+    }
+
+    /// The server filters an RPC `routed` on the chain at `chain_index` runs; `None`
+    /// when it runs none.
+    pub fn server_filters(
+        &self,
+        chain_index: usize,
+        routed: &RoutedRpc<'_>,
+    ) -> Option<&ServerFilters> {
+        self.filters
+            .get(chain_index)?
+            .for_route(routed.virtual_host_index, routed.route_index)
+    }
+
     /// The filter chain of a connection between `addrs`; `None`: close it.
     pub fn select_filter_chain(&self, addrs: ConnectionAddrs) -> Option<&FilterChain> {
         select_filter_chain(&self.listener, addrs)
@@ -227,10 +274,11 @@ impl ServingState {
         if let Some(active) = &self.active
             && active.routes.contains_key(name)
         {
-            let refreshed = ServingConfig {
-                routes: self.routes_of(&active.listener),
-                ..ServingConfig::clone(active)
-            };
+            let refreshed = ServingConfig::new(
+                active.generation,
+                active.listener.clone(),
+                self.routes_of(&active.listener),
+            );
             self.active = Some(Arc::new(refreshed));
             self.log_config_errors();
         }
@@ -264,11 +312,12 @@ impl ServingState {
         }
         let listener = self.pending.take().expect("checked above");
         self.generation += 1;
-        self.active = Some(Arc::new(ServingConfig {
-            generation: self.generation,
-            routes: self.routes_of(&listener),
+        let routes = self.routes_of(&listener);
+        self.active = Some(Arc::new(ServingConfig::new(
+            self.generation,
             listener,
-        }));
+            routes,
+        )));
         self.sync_watches();
         self.events.push_back(ServingEvent::ListenerApplied {
             generation: self.generation,

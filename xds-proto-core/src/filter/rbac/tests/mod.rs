@@ -1,6 +1,7 @@
 //! Tests of the RBAC engine: parsing and its refusals (`parse`), each rule kind
-//! matched and not (`matching`), decisions, overrides and audit (`decisions`), and a
-//! property against a naive evaluator of the protos (`property`).
+//! matched and not (`matching`), decisions, overrides and audit (`decisions`), a
+//! property against a naive evaluator of the protos (`property`), and the server's
+//! per-route merge and chain of RBAC filters (`server_filters`, `filter::server`).
 
 // The deprecated Envoy fields (`source_ip`, `metadata`, the plain header matches) are
 // ones A41 supports.
@@ -25,6 +26,7 @@ mod decisions;
 mod matching;
 mod parse;
 mod property;
+mod server_filters;
 
 pub(super) const ALLOW: i32 = rbac_pb::rbac::Action::Allow as i32;
 pub(super) const DENY: i32 = rbac_pb::rbac::Action::Deny as i32;
