@@ -10,7 +10,8 @@ use xds_adapter_common::server::BoxError;
 use crate::{AsyncStdRuntime, Client};
 
 pub use xds_adapter_common::server::{
-    DEFAULT_DRAIN_GRACE, PeerIdentity, ServerRpc, ServerRpcHook, XdsServer,
+    AuditSink, DEFAULT_DRAIN_GRACE, PeerIdentity, ServerRpc, ServerRpcHook, StdoutAuditLogger,
+    XdsServer,
 };
 pub use xds_proto_core::server::ServingMode;
 

@@ -17,6 +17,7 @@ use tower_service::Service;
 use xds_proto_core::server::ConnectionAddrs;
 
 use super::Shared;
+use super::audit::AuditSink;
 use super::rpc::{BoxError, ConnectionContext, PeerIdentity, ServerRpcHook, call_service};
 use crate::io::HyperIo;
 use crate::runtime::{HyperExecutor, HyperTimer, Runtime};
@@ -29,6 +30,7 @@ pub(crate) struct ConnectionSettings<R, S> {
     pub(crate) service: S,
     pub(crate) providers: CertificateProviders,
     pub(crate) hook: Option<Arc<dyn ServerRpcHook>>,
+    pub(crate) audit: Arc<dyn AuditSink>,
     pub(crate) drain_grace: Duration,
 }
 
@@ -55,9 +57,9 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
     let Some((config, drained)) = settings.shared.admit_connection() else {
         return;
     };
-    let Some(chain) = config
+    let Some((chain, chain_index)) = config
         .select_filter_chain(ConnectionAddrs { local, peer })
-        .cloned()
+        .and_then(|chain| Some((chain.clone(), config.chain_index(chain)?)))
     else {
         tracing::debug!(%peer, "no filter chain matches the connection; closing it");
         return;
@@ -66,10 +68,13 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
     let mut context = ConnectionContext {
         config,
         chain,
+        chain_index,
         local,
         peer,
+        tls: tls.is_some(),
         peer_identity: None,
         hook: settings.hook.clone(),
+        audit: settings.audit.clone(),
     };
     match tls {
         None => serve_h2(settings, HyperIo::new(io), context, drained).await,
@@ -103,7 +108,7 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
 fn peer_identity(leaf: &rustls::pki_types::CertificateDer<'_>) -> PeerIdentity {
     let sans = crate::security::leaf_sans(leaf).unwrap_or_default();
     let subject = x509_parser::parse_x509_certificate(leaf)
-        .map(|(_, cert)| cert.subject().to_string())
+        .map(|(_, cert)| super::subject::rfc2253(cert.subject()))
         .unwrap_or_default();
     PeerIdentity { sans, subject }
 }

@@ -7,8 +7,10 @@
 //! listener drains the older connections (GOAWAY, closed after the drain grace time).
 //! Serving-mode changes reach a callback and [`XdsServer::mode`].
 
+mod audit;
 mod connection;
 mod rpc;
+mod subject;
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ use xds_proto_core::Lds;
 use xds_proto_core::resource::{Rds, ResourceTypeInfo};
 use xds_proto_core::server::{ServingConfig, ServingEvent, ServingMode, ServingState};
 
+pub use audit::{AuditSink, StdoutAuditLogger};
 pub use rpc::{BoxError, PeerIdentity, ServerRpc, ServerRpcHook};
 
 use self::connection::{ConnectionSettings, serve_connection};
@@ -115,6 +118,7 @@ pub struct XdsServerBuilder<R: Runtime> {
     drain_grace: Duration,
     on_mode: Option<ServingModeCallback>,
     hook: Option<Arc<dyn ServerRpcHook>>,
+    audit: Option<Arc<dyn AuditSink>>,
 }
 
 impl<R: Runtime> XdsServerBuilder<R> {
@@ -127,6 +131,7 @@ impl<R: Runtime> XdsServerBuilder<R> {
             drain_grace: DEFAULT_DRAIN_GRACE,
             on_mode: None,
             hook: None,
+            audit: None,
         }
     }
 
@@ -155,9 +160,17 @@ impl<R: Runtime> XdsServerBuilder<R> {
         self
     }
 
-    /// Runs for every RPC where the server HTTP filters (RBAC, A41) belong.
+    /// Runs for every RPC after the route's server HTTP filters (RBAC, A41, which the
+    /// server runs itself) allowed it.
     pub fn rpc_hook(mut self, hook: impl ServerRpcHook) -> Self {
         self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Where RBAC's audited decisions go (A59); by default
+    /// [`StdoutAuditLogger::stdout`].
+    pub fn audit_logger(mut self, sink: impl AuditSink) -> Self {
+        self.audit = Some(Arc::new(sink));
         self
     }
 
@@ -225,6 +238,9 @@ impl<R: Runtime> XdsServerBuilder<R> {
             service,
             providers,
             hook: self.hook,
+            audit: self
+                .audit
+                .unwrap_or_else(|| Arc::new(StdoutAuditLogger::stdout())),
             drain_grace: self.drain_grace,
         });
         rt.spawn(Box::pin(accept_loop(

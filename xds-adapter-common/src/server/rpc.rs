@@ -1,16 +1,21 @@
 //! One RPC on an xDS-enabled server: routed through its connection's filter chain's
-//! route configuration (A36), past the server HTTP filters' hook, then served by the
-//! application's service or refused with UNAVAILABLE.
+//! route configuration (A36), through the route's server HTTP filters (RBAC, A41:
+//! PERMISSION_DENIED) and the application's hook, then served by the application's
+//! service or refused with UNAVAILABLE.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tower_service::Service;
+use xds_proto_core::filter::rbac::{ConnectionSecurity, PeerCertificate, RbacRequest};
+use xds_proto_core::filter::server::ServerFilters;
 use xds_proto_core::resource::listener::FilterChain;
 use xds_proto_core::security::SubjectAltName;
 use xds_proto_core::selector::Metadata;
 use xds_proto_core::server::{RoutedRpc, RpcRefusal, ServingConfig, route_rpc};
+
+use super::audit::{AuditSink, SinkLogger};
 
 /// A boxed error, as tower services return them.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -20,7 +25,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct PeerIdentity {
     /// The leaf certificate's subject alternative names.
     pub sans: Vec<SubjectAltName>,
-    /// The leaf certificate's subject, RFC 4514 style.
+    /// The leaf certificate's subject as an RFC 2253 string without spaces after the
+    /// commas, most significant RDN last (`CN=client,O=Example,C=US`), as gRPC-Go
+    /// writes it.
     pub subject: String,
 }
 
@@ -43,8 +50,9 @@ pub struct ServerRpc<'a> {
     pub peer_identity: Option<&'a PeerIdentity>,
 }
 
-/// Where the server HTTP filters run: called for every RPC after routing and before
-/// the route's action is checked (A36: filters run, then a route without
+/// The application's hook: called for every RPC after routing and after the route's
+/// server HTTP filters (RBAC, which the server runs itself) allowed it, before the
+/// route's action is checked (A36: filters run, then a route without
 /// `non_forwarding_action` fails UNAVAILABLE). An `Err` fails the RPC with that status.
 pub trait ServerRpcHook: Send + Sync + 'static {
     /// Decides one RPC.
@@ -60,10 +68,17 @@ pub(crate) struct ConnectionContext {
     pub(crate) config: Arc<ServingConfig>,
     /// Its filter chain.
     pub(crate) chain: FilterChain,
+    /// The chain's index in `config`'s listener (and in any newer configuration of
+    /// the same generation), for its per-route server filters.
+    pub(crate) chain_index: usize,
     pub(crate) local: SocketAddr,
     pub(crate) peer: SocketAddr,
+    /// Whether the connection is TLS.
+    pub(crate) tls: bool,
+    /// The client's certificate, read once at the handshake.
     pub(crate) peer_identity: Option<PeerIdentity>,
     pub(crate) hook: Option<Arc<dyn ServerRpcHook>>,
+    pub(crate) audit: Arc<dyn AuditSink>,
 }
 
 /// Request headers as the core's matchers read them.
@@ -122,6 +137,9 @@ impl ConnectionContext {
             &mut random,
         )
         .map_err(unavailable)?;
+        if let Some(filters) = config.server_filters(self.chain_index, &routed) {
+            self.authorize(filters, request, authority, path)?;
+        }
         if let Some(hook) = &self.hook {
             let rpc = ServerRpc {
                 chain: &self.chain,
@@ -135,6 +153,40 @@ impl ConnectionContext {
             hook.on_rpc(&rpc).map_err(Box::new)?;
         }
         routed.finish().map_err(unavailable)
+    }
+}
+
+impl ConnectionContext {
+    /// Runs the route's RBAC filters (A41) on `request`.
+    fn authorize<B>(
+        &self,
+        filters: &ServerFilters,
+        request: &http::Request<B>,
+        authority: &str,
+        path: &str,
+    ) -> Result<(), Box<tonic::Status>> {
+        let headers = Headers(request.headers());
+        let security = match (self.tls, &self.peer_identity) {
+            (false, _) => ConnectionSecurity::Plaintext,
+            (true, identity) => {
+                ConnectionSecurity::Tls(identity.as_ref().map(|id| PeerCertificate {
+                    sans: &id.sans,
+                    subject: &id.subject,
+                }))
+            }
+        };
+        let rbac = RbacRequest {
+            path,
+            method: request.method().as_str(),
+            authority: (!authority.is_empty()).then_some(authority),
+            headers: &headers,
+            local_addr: self.local,
+            peer_addr: self.peer,
+            security,
+        };
+        filters
+            .authorize(&rbac, &mut SinkLogger(self.audit.as_ref()))
+            .map_err(|message| Box::new(tonic::Status::permission_denied(message)))
     }
 }
 
