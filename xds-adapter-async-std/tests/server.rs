@@ -22,3 +22,13 @@ async fn xds_server_terminates_mtls_from_its_filter_chain() {
         .await;
     println!("client SANs seen by the hook: {sans:?}; without a client certificate: {refusal}");
 }
+
+#[async_std::test]
+async fn xds_server_runs_rbac_by_path_header_and_client_identity() {
+    let figures =
+        server_suite::server_rbac_scenarios::<AsyncStdRuntime, _, _>(|builder, addr, service| {
+            xds_adapter_async_std::server::serve(builder, addr, service)
+        })
+        .await;
+    println!("{figures:#?}");
+}

@@ -22,3 +22,13 @@ async fn xds_server_terminates_mtls_from_its_filter_chain() {
         .await;
     println!("client SANs seen by the hook: {sans:?}; without a client certificate: {refusal}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xds_server_runs_rbac_by_path_header_and_client_identity() {
+    let figures =
+        server_suite::server_rbac_scenarios::<TokioRuntime, _, _>(|builder, addr, service| {
+            xds_adapter_tokio::server::serve(builder, addr, service)
+        })
+        .await;
+    println!("{figures:#?}");
+}

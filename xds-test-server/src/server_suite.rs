@@ -37,6 +37,11 @@ use crate::resources::{
 };
 use crate::suite::within;
 
+#[cfg(feature = "tls")]
+mod rbac;
+#[cfg(feature = "tls")]
+pub use rbac::{CLIENT_1, RbacFigures, server_rbac_scenarios};
+
 const TARGET: &str = "xds:///xds-server.example.com";
 const CLIENT_LISTENER: &str = "xds-server.example.com";
 const CLIENT_ROUTES: &str = "to-xds-server";

@@ -43,6 +43,7 @@ mod endpoint;
 mod filter;
 mod listener;
 pub mod mesh;
+mod rbac;
 mod route;
 mod server_listener;
 
@@ -50,6 +51,7 @@ pub use cluster::*;
 pub use endpoint::*;
 pub use filter::*;
 pub use listener::*;
+pub use rbac::*;
 pub use route::*;
 pub use server_listener::*;
 
