@@ -1131,3 +1131,73 @@ fn the_wrong_address_or_a_client_listener_means_not_serving() {
     )));
     assert_eq!(not_serving(&s), "listener: UNAVAILABLE: unreachable");
 }
+
+// ----- server HTTP filters (RBAC) per route ----------------------------------------------
+
+/// The server filters of each route of the one chain of the state's configuration,
+/// as the names of the RBAC filters they run (by routing an RPC to each path).
+fn rbac_names(s: &ServingState, paths: &[&str]) -> Vec<Vec<String>> {
+    use xds_proto_core::filter::server::ServerFilter;
+    let config = s.config().unwrap();
+    let chain = config.listener.chains().next().unwrap();
+    let index = config.chain_index(chain).unwrap();
+    let routes = config.routes_for(chain).unwrap();
+    let rng = &mut xds_proto_core::selector::Seeded(1);
+    paths
+        .iter()
+        .map(|path| {
+            let md: [(&str, &str); 0] = [];
+            let routed = route_rpc(routes, "any.example", path, &md[..], rng).unwrap();
+            config
+                .server_filters(index, &routed)
+                .map(|f| {
+                    f.filters()
+                        .iter()
+                        .filter_map(|f| match f {
+                            ServerFilter::Rbac(r) => Some(r.name().to_owned()),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_filters_are_merged_per_route_when_the_routes_are_applied() {
+    let rules = kit::rbac_rules(
+        kit::RbacAction::Allow,
+        vec![(
+            "p",
+            kit::rbac_policy(vec![kit::any_permission()], vec![kit::any_principal()]),
+        )],
+    );
+    let mut manager = hcm_rds("routes-a");
+    manager.http_filters = vec![kit::rbac_filter("authz", rules), router_filter()];
+    let mut c = chain("c", None);
+    c.filters = vec![hcm_filter("hcm", &manager)];
+    let mut s = ServingState::new(addr());
+    s.on_listener(&listener_event(&listener_with(vec![c])));
+    let mut open = non_forwarding(prefix("/open"));
+    open.typed_per_filter_config
+        .insert("authz".into(), kit::rbac_per_route(None));
+    let rc = routes_config("routes-a", vec![open, non_forwarding(prefix("/"))]);
+    s.on_route_config("routes-a", &routes_event(&rc));
+    let authz = vec!["authz".to_owned()];
+    // The route whose RBACPerRoute has no rbac runs nothing.
+    assert_eq!(
+        rbac_names(&s, &["/open/M", "/svc/M"]),
+        [vec![], authz.clone()]
+    );
+    // An RDS update re-merges: the override is gone, both routes run the filter.
+    let rc = routes_config(
+        "routes-a",
+        vec![non_forwarding(prefix("/open")), non_forwarding(prefix("/"))],
+    );
+    s.on_route_config("routes-a", &routes_event(&rc));
+    assert_eq!(
+        rbac_names(&s, &["/open/M", "/svc/M"]),
+        [authz.clone(), authz]
+    );
+}

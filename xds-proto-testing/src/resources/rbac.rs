@@ -71,6 +71,21 @@ pub fn principal_name(name: &str) -> rbac::Principal {
     }
 }
 
+/// A principal whose connection comes directly from `address/prefix_len`
+/// (`direct_remote_ip`).
+pub fn remote_ip_principal(address: &str, prefix_len: u32) -> rbac::Principal {
+    rbac::Principal {
+        identifier: Some(rbac::principal::Identifier::DirectRemoteIp(
+            xds_proto_core::pb::envoy::config::core::v3::CidrRange {
+                address_prefix: address.to_owned(),
+                prefix_len: Some(xds_proto_core::pb::google::protobuf::UInt32Value {
+                    value: prefix_len,
+                }),
+            },
+        )),
+    }
+}
+
 /// A policy that matches when one of `permissions` and one of `principals` do.
 pub fn rbac_policy(
     permissions: Vec<rbac::Permission>,
