@@ -4,7 +4,8 @@
 //! with A59's stdout logger, written to a buffer). Its routes pick per-route overrides
 //! by an `x-route` header: `open` disables the ALLOW filter, `client-2` allows the echo
 //! method only to another identity (audited on deny too), `other-path` allows only
-//! another method. An
+//! another method, `subject` allows the echo method to the client certificate's
+//! subject. An
 //! `XdsChannel` presenting `client-1` calls it; every case's status is checked, and
 //! the audit lines of the ALLOW filter's refusals.
 
@@ -43,6 +44,8 @@ use crate::suite::within;
 
 /// The client certificate's SPIFFE ID (`MeshPki`'s `client-1`).
 pub const CLIENT_1: &str = "spiffe://mesh.test/ns/default/sa/client-1";
+/// The client certificate's subject, as gRPC-Go writes it.
+const CLIENT_1_SUBJECT: &str = "CN=client-1";
 const CLIENT_2: &str = "spiffe://mesh.test/ns/default/sa/client-2";
 /// A method the echo service does not have: an RPC RBAC lets through fails
 /// UNIMPLEMENTED in the service, one it refuses PERMISSION_DENIED before it.
@@ -111,9 +114,26 @@ fn rbac_listener(addr: SocketAddr) -> xds_proto_core::pb::google::protobuf::Any 
             rbac_policy(vec![path_permission(OTHER_PATH)], vec![any_principal()]),
         )],
     )));
+    let mut subject = routed_by("subject");
+    subject.typed_per_filter_config = allow_override(Some(rbac_rules(
+        RbacAction::Allow,
+        vec![(
+            "echo-by-subject",
+            rbac_policy(
+                vec![path_permission(ECHO_PATH)],
+                vec![principal_name(CLIENT_1_SUBJECT)],
+            ),
+        )],
+    )));
     let routes = routes_config(
         "rbac-routes",
-        vec![open, client_2, other_path, non_forwarding(prefix("/"))],
+        vec![
+            open,
+            client_2,
+            other_path,
+            subject,
+            non_forwarding(prefix("/")),
+        ],
     );
     let filters = vec![
         rbac_filter(
@@ -257,7 +277,7 @@ where
             &'static str,
         );
         use tonic::Code::{Ok as Served, PermissionDenied as Denied, Unimplemented as Reached};
-        let cases: [Case; 8] = [
+        let cases: [Case; 9] = [
             // By path: the ALLOW filter allows only the echo method.
             (ECHO_PATH, &[], Served, ""),
             (
@@ -288,6 +308,8 @@ where
                 Denied,
                 "did not match an allow policy",
             ),
+            // principal_name also reads the certificate's subject.
+            (ECHO_PATH, &[("x-route", "subject")], Served, ""),
             // A route override that allows another method only.
             (OTHER_PATH, &[("x-route", "other-path")], Reached, ""),
             (
