@@ -10,9 +10,10 @@ use crate::support::*;
 use xds_adapter_tokio::xds_proto_core::pb::google::protobuf::Any;
 use xds_adapter_tokio::xds_proto_core::resource::type_url;
 use xds_test_server::resources::{
-    Host, Locality, SERVER_LISTENER_TEMPLATE, any, cluster, downstream_tls_context, endpoints_with,
-    forward, listener, mtls_cluster, prefix, server_listener_name, serving_listener,
-    tls_server_listener_msg, to_cluster, weighted_action,
+    Host, Locality, RbacAction, SERVER_LISTENER_TEMPLATE, any, cluster, downstream_tls_context,
+    endpoints_with, forward, listener, mtls_cluster, path_permission, prefix, principal_name,
+    rbac_filter, rbac_filter_chain, rbac_policy, rbac_rules, server_listener_name, server_routes,
+    serving_listener, tls_server_listener_msg, to_cluster, weighted_action,
 };
 use xds_test_server::security_suite::{INSTANCE, MeshPki, SERVER_ID};
 
@@ -37,7 +38,14 @@ pub enum Servers {
     OursXds,
     /// The same with mTLS, as [`Servers::GrpcGoXdsMtls`].
     OursXdsMtls,
+    /// [`Servers::OursXdsMtls`] whose Listeners also run RBAC (gRFC A41): one ALLOW
+    /// policy, UnaryCall from the client's SPIFFE ID ([`RBAC_ALLOWED_PRINCIPAL`]), so
+    /// that every EmptyCall is denied.
+    OursXdsMtlsRbac,
 }
+
+/// The identity of the mTLS clients' certificate (the mesh PKI's `client-1`).
+pub const RBAC_ALLOWED_PRINCIPAL: &str = "spiffe://mesh.test/ns/default/sa/client-1";
 
 impl Servers {
     /// Their part of a case's name.
@@ -49,6 +57,7 @@ impl Servers {
             Servers::GrpcGoXdsMtls(_) => " on grpc-go xDS servers, mTLS",
             Servers::OursXds => " on xDS-enabled xds-interop-servers",
             Servers::OursXdsMtls => " on xDS-enabled xds-interop-servers, mTLS",
+            Servers::OursXdsMtlsRbac => " on xDS-enabled xds-interop-servers, mTLS and RBAC",
         }
     }
 
@@ -59,7 +68,10 @@ impl Servers {
 
     /// Whether their Listeners require mTLS.
     fn mtls(&self) -> bool {
-        matches!(self, Servers::GrpcGoXdsMtls(_) | Servers::OursXdsMtls)
+        matches!(
+            self,
+            Servers::GrpcGoXdsMtls(_) | Servers::OursXdsMtls | Servers::OursXdsMtlsRbac
+        )
     }
 
     /// How to run them, with the xDS-enabled servers' `bootstrap`.
@@ -72,7 +84,9 @@ impl Servers {
                 binary: path.clone(),
                 bootstrap,
             },
-            Servers::OursXds | Servers::OursXdsMtls => ServerBinary::OursXds { bootstrap },
+            Servers::OursXds | Servers::OursXdsMtls | Servers::OursXdsMtlsRbac => {
+                ServerBinary::OursXds { bootstrap }
+            }
         }
     }
 }
@@ -103,14 +117,28 @@ fn mtls_bootstrap(plane: &ControlPlane) -> (MeshPki, String) {
 /// The Listener of an xDS-enabled server on `port`: it listens on 127.0.0.1 (gRPC-Go's
 /// by the build's overlay, `interop/grpc-go/build.sh`, ours by `--listen_host`), so
 /// the Listener is named after 127.0.0.1:port and has that address.
-fn server_listener(port: u32, mtls: bool) -> Any {
+fn server_listener(port: u32, servers: &Servers) -> Any {
     let port = u16::try_from(port).expect("a port");
-    if !mtls {
+    if !servers.mtls() {
         return serving_listener(SERVER_LISTENER_TEMPLATE, ([127, 0, 0, 1], port).into());
     }
     let name = server_listener_name(SERVER_LISTENER_TEMPLATE, ([127, 0, 0, 1], port).into());
     let context = downstream_tls_context("server", Some("server"), true);
-    let msg = tls_server_listener_msg(&name, "127.0.0.1", u32::from(port), Some(&context));
+    let mut msg = tls_server_listener_msg(&name, "127.0.0.1", u32::from(port), Some(&context));
+    if matches!(servers, Servers::OursXdsMtlsRbac) {
+        let allow = rbac_policy(
+            vec![path_permission("/grpc.testing.TestService/UnaryCall")],
+            vec![principal_name(RBAC_ALLOWED_PRINCIPAL)],
+        );
+        let rules = rbac_rules(RbacAction::Allow, vec![("unary-from-client-1", allow)]);
+        let mut chain = rbac_filter_chain(
+            "rbac",
+            server_routes("inbound"),
+            vec![rbac_filter("rbac", rules)],
+        );
+        chain.transport_socket = msg.filter_chains[0].transport_socket.take();
+        msg.filter_chains = vec![chain];
+    }
     any(type_url::LISTENER, &msg)
 }
 
@@ -138,7 +166,7 @@ async fn four_backends(
     }
     if servers.xds_enabled() {
         let mut listeners = vec![listener(LISTENER, ROUTES)];
-        listeners.extend(backends.iter().map(|b| server_listener(b.port(), mtls)));
+        listeners.extend(backends.iter().map(|b| server_listener(b.port(), servers)));
         plane.set_listeners(listeners);
     }
     let all: Vec<&Backend> = backends.iter().collect();
@@ -157,6 +185,10 @@ async fn four_backends(
     let mut args = vec![server_flag.as_str(), qps, &fail];
     if mtls {
         args.push("--secure_mode=true");
+    }
+    if matches!(servers, Servers::OursXdsMtlsRbac) {
+        // Both methods: RBAC lets one through and denies the other.
+        args.push("--rpc=UnaryCall,EmptyCall");
     }
     let client = InteropClient::start(binary, &bootstrap, &args).await;
     ((plane, pki), backends, client)
@@ -195,6 +227,46 @@ pub async fn round_robin_on(binary: ClientBinary, servers: Servers) {
         );
     }
     client.assert_running();
+}
+
+/// RBAC on `XdsServer`s (gRFC A41) called over mTLS: UnaryCall, which the policy
+/// allows from the client's SPIFFE ID, reaches every backend; every EmptyCall fails
+/// with PERMISSION_DENIED (7), and no RPC of either fails otherwise.
+pub async fn rbac_allows_and_denies(binary: ClientBinary) {
+    let servers = Servers::OursXdsMtlsRbac;
+    let _timer = Timer::start(&format!("rbac{}", servers.label()), &binary);
+    let (_plane, backends, mut client) = four_backends(&binary, &servers, "--qps=50", false).await;
+    wait_for_peers(&mut client, &names(&backends), LIMIT).await;
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let stats = client.accumulated().await.stats_per_method;
+        let results = |method: &str| {
+            stats
+                .get(method)
+                .map(|m| m.result.clone())
+                .unwrap_or_default()
+        };
+        let (unary, empty) = (results("UNARY_CALL"), results("EMPTY_CALL"));
+        let count = |r: &std::collections::HashMap<i32, i32>| r.values().sum::<i32>();
+        if count(&unary) >= 20 && count(&empty) >= 20 {
+            assert_eq!(
+                unary.keys().collect::<Vec<_>>(),
+                [&0],
+                "UnaryCall: {unary:?}"
+            );
+            assert_eq!(
+                empty.keys().collect::<Vec<_>>(),
+                [&7],
+                "EmptyCall: {empty:?}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "20 results of each method within {LIMIT:?}: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 pub async fn backends_restart(binary: ClientBinary) {

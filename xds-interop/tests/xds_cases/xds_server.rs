@@ -6,7 +6,7 @@
 //! Each runs with `xds-interop-client` and gRPC-Go's interop client in parallel
 //! ([`run_case`]): the gRPC-Go peer calls an `XdsServer`.
 
-use crate::lb::{Servers, ping_pong_on, round_robin_on};
+use crate::lb::{Servers, ping_pong_on, rbac_allows_and_denies, round_robin_on};
 use crate::support::both::{BOTH, run_case};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,6 +41,19 @@ async fn round_robin_on_xds_servers_mtls() {
         "round_robin on xDS-enabled servers with mTLS",
         BOTH,
         |binary| round_robin_on(binary, Servers::OursXdsMtls),
+    )
+    .await;
+}
+
+/// RBAC (gRFC A41) on the mTLS `XdsServer`s: the policy allows UnaryCall from the
+/// client certificate's SPIFFE ID and nothing else; both clients see UnaryCall served
+/// and EmptyCall denied with PERMISSION_DENIED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_on_xds_servers_mtls() {
+    run_case(
+        "RBAC on xDS-enabled servers with mTLS",
+        BOTH,
+        rbac_allows_and_denies,
     )
     .await;
 }
