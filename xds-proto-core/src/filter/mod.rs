@@ -160,6 +160,15 @@ pub struct ClientFilters {
 /// first: the weighted cluster's (if any), the route's, the virtual host's.
 pub type OverrideScopes<'a> = [Option<&'a BTreeMap<String, FilterConfigOverride>>; 3];
 
+/// The override of the filter named `name` in the most specific scope that has one
+/// (A39), for client and server chains alike.
+pub(crate) fn most_specific<'a>(
+    scopes: &OverrideScopes<'a>,
+    name: &str,
+) -> Option<&'a FilterConfigOverride> {
+    scopes.iter().flatten().find_map(|scope| scope.get(name))
+}
+
 impl ClientFilters {
     /// The chain `http_filters` runs under `scopes`; `None` when it runs nothing (only
     /// the router, `gcp_authn`, or every filter disabled).
@@ -169,13 +178,7 @@ impl ClientFilters {
     ) -> Option<Arc<ClientFilters>> {
         let filters: Vec<ClientFilter> = http_filters
             .iter()
-            .filter_map(|filter| {
-                let most_specific = scopes
-                    .iter()
-                    .flatten()
-                    .find_map(|scope| scope.get(&filter.name));
-                effective(filter, most_specific)
-            })
+            .filter_map(|filter| effective(filter, most_specific(&scopes, &filter.name)))
             .collect();
         (!filters.is_empty()).then(|| {
             Arc::new(ClientFilters {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::rbac::{AuditLogger, RbacConfig, RbacPerRoute, RbacRequest};
-use super::{FilterOverride, HttpFilterConfig, OverrideScopes};
+use super::{FilterOverride, HttpFilterConfig, OverrideScopes, most_specific};
 use crate::resource::listener::HttpFilter;
 use crate::resource::route::{FilterConfigOverride, RouteConfigResource};
 
@@ -71,13 +71,7 @@ impl ServerFilters {
     ) -> Option<Arc<ServerFilters>> {
         let filters: Vec<ServerFilter> = http_filters
             .iter()
-            .filter_map(|filter| {
-                let most_specific = scopes
-                    .iter()
-                    .flatten()
-                    .find_map(|scope| scope.get(&filter.name));
-                effective(filter, most_specific)
-            })
+            .filter_map(|filter| effective(filter, most_specific(&scopes, &filter.name)))
             .collect();
         (!filters.is_empty()).then(|| {
             Arc::new(ServerFilters {
