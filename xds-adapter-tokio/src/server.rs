@@ -3,10 +3,8 @@
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
 use tokio_util::compat::TokioAsyncReadCompatExt;
-use tower_service::Service;
-use xds_adapter_common::server::BoxError;
+use xds_adapter_common::server::{ServedBody, ServedService};
 
 use crate::{Client, TokioRuntime};
 
@@ -30,15 +28,8 @@ pub async fn serve<S, B>(
     service: S,
 ) -> Result<XdsServer, Box<dyn std::error::Error + Send + Sync>>
 where
-    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    S: ServedService<B>,
+    B: ServedBody,
 {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let listening = listener.local_addr()?;

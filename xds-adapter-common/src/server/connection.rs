@@ -9,16 +9,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::future::{Either, select};
 use futures::io::{AsyncRead, AsyncWrite};
 use rand_core::{RngCore, SeedableRng};
-use tower_service::Service;
 use xds_proto_core::server::ConnectionAddrs;
 
 use super::Shared;
 use super::audit::AuditSink;
-use super::rpc::{BoxError, ConnectionContext, PeerIdentity, ServerRpcHook, call_service};
+use super::rpc::{ConnectionContext, PeerIdentity, ServerRpcHook, call_service};
+use super::{ServedBody, ServedService};
 use crate::io::HyperIo;
 use crate::runtime::{HyperExecutor, HyperTimer, Runtime};
 use crate::security::{CertificateProviders, XdsServerCredentials};
@@ -42,15 +41,8 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
     peer: SocketAddr,
 ) where
     R: Runtime,
-    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    S: ServedService<B>,
+    B: ServedBody,
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     // NOT_SERVING: close without sending a byte (A36).
@@ -120,15 +112,8 @@ async fn serve_h2<R, S, B, IO>(
     drained: futures::channel::oneshot::Receiver<()>,
 ) where
     R: Runtime,
-    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    S: ServedService<B>,
+    B: ServedBody,
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let context = Arc::new(context);

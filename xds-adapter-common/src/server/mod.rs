@@ -29,6 +29,45 @@ use xds_proto_core::server::{ServingConfig, ServingEvent, ServingMode, ServingSt
 pub use audit::{AuditSink, StdoutAuditLogger};
 pub use rpc::{BoxError, PeerIdentity, ServerRpc, ServerRpcHook};
 
+/// What an [`XdsServer`] serves: a cloneable HTTP service (a tonic router, a generated
+/// server) answering with bodies of type `B`. Implemented for every such service.
+pub trait ServedService<B>:
+    Service<
+        http::Request<hyper::body::Incoming>,
+        Response = http::Response<B>,
+        Future: Send,
+        Error: Into<BoxError>,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S, B> ServedService<B> for S where
+    S: Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<B>,
+            Future: Send,
+            Error: Into<BoxError>,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A response body an [`XdsServer`] can send. Implemented for every such body.
+pub trait ServedBody:
+    http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static
+{
+}
+
+impl<B> ServedBody for B where
+    B: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static
+{
+}
+
 use self::connection::{ConnectionSettings, serve_connection};
 use crate::security::CertificateProviders;
 use crate::{Client, Error, RawWatchStream, Runtime};
@@ -188,15 +227,8 @@ impl<R: Runtime> XdsServerBuilder<R> {
         service: S,
     ) -> Result<XdsServer, Error>
     where
-        S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send,
-        S::Error: Into<BoxError>,
-        B: http_body::Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
+        S: ServedService<B>,
+        B: ServedBody,
         IO: futures::io::AsyncRead + futures::io::AsyncWrite + Send + Unpin + 'static,
         I: Stream<Item = io::Result<(IO, SocketAddr, SocketAddr)>> + Send + Unpin + 'static,
     {
@@ -265,15 +297,8 @@ async fn accept_loop<R, S, B, IO, I>(
     stop: oneshot::Receiver<()>,
 ) where
     R: Runtime,
-    S: Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    S: ServedService<B>,
+    B: ServedBody,
     IO: futures::io::AsyncRead + futures::io::AsyncWrite + Send + Unpin + 'static,
     I: Stream<Item = io::Result<(IO, SocketAddr, SocketAddr)>> + Send + Unpin + 'static,
 {
