@@ -127,6 +127,8 @@ pub struct Args {
     server: Option<PathBuf>,
     /// Skip the probe (for profiling the client alone).
     client_only: bool,
+    /// Also run the decoding probe (`probe.rs`).
+    decoder: bool,
     /// Both contenders on tokio's current-thread runtime instead of the 2-worker one.
     current_thread: bool,
     /// `--child probe|client`: one timed run against `--port`, its figures printed.
@@ -137,7 +139,7 @@ pub struct Args {
 }
 
 const FLAGS: &str = "flags: --iterations N, --clusters N, --sizes N,N,.., --api sotw|delta|both, \
-     --register loop|tasks|both, --fresh, --table, --lone N, --ads, --client-only, --current-thread, --server PATH";
+     --register loop|tasks|both, --fresh, --table, --decoder, --lone N, --ads, --client-only, --current-thread, --server PATH";
 
 fn list<T>(value: &str, one: impl Fn(&str) -> T, both: [&str; 2]) -> Vec<T> {
     if value == "both" {
@@ -157,6 +159,7 @@ fn parse_args() -> Args {
         ads: false,
         server: None,
         client_only: false,
+        decoder: false,
         current_thread: false,
         child: None,
         port: 0,
@@ -184,7 +187,9 @@ fn parse_args() -> Args {
                 args.sizes = vec![1_000, 5_000, 10_000];
                 args.apis = vec![Api::Sotw, Api::Delta];
                 args.registrations = vec![Registration::Loop, Registration::Tasks];
+                args.decoder = true;
             }
+            "--decoder" => args.decoder = true,
             "--server" => args.server = Some(PathBuf::from(value())),
             "--ads" => args.ads = true,
             "--client-only" => args.client_only = true,
@@ -208,13 +213,17 @@ impl Args {
         builder.enable_all().build().expect("a tokio runtime")
     }
 
-    /// The contenders of each round: the probe (unless `--client-only`) and the client
-    /// with each registration, for each API.
+    /// The contenders of each round: the probe and, with `--decoder`, the decoding
+    /// probe (unless `--client-only`), and the client with each registration, for each
+    /// API.
     fn contenders(&self) -> Vec<Contender> {
         let mut out = Vec::new();
         for &api in &self.apis {
             if !self.client_only {
                 out.push(Contender::Probe(api));
+                if self.decoder {
+                    out.push(Contender::Decoder(api));
+                }
             }
             for &registration in &self.registrations {
                 out.push(Contender::Client(api, registration));
@@ -232,7 +241,12 @@ pub fn run_here(
     workload: &Workload,
 ) -> Run {
     match contender {
-        Contender::Probe(api) => runtime.block_on(probe::run(port, workload, api)),
+        Contender::Probe(api) => {
+            runtime.block_on(probe::run(port, workload, api, probe::Decode::Nothing))
+        }
+        Contender::Decoder(api) => {
+            runtime.block_on(probe::run(port, workload, api, probe::Decode::Messages))
+        }
         Contender::Client(api, registration) => {
             runtime.block_on(client::run(port, workload, api, registration))
         }
@@ -299,7 +313,8 @@ fn main() {
     }
     let load_after = table::load_average();
     print!("{}", table.summary());
-    if args.table || table.cells() > 1 + usize::from(!args.client_only) {
+    let probes = usize::from(!args.client_only) * (1 + usize::from(args.decoder));
+    if args.table || table.cells() > 1 + probes {
         println!();
         print!(
             "{}",

@@ -3,6 +3,11 @@
 //! clusters, all endpoint sets), ACKs each response, and counts the resources and
 //! bytes it receives, decoding no resource, until every one is in. It speaks state of
 //! the world or delta ADS ([`Api`]).
+//!
+//! The decoding probe ([`Decode::Messages`]) does the same and also decodes every
+//! resource into its Envoy message with prost, keeping them all until the run ends:
+//! the least any client that reads its resources does, with no validation, no cache,
+//! no watcher told.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,16 +23,54 @@ use xds_adapter_tokio::xds_proto_core::pb::envoy::service::discovery::v3::{
 
 use crate::{Api, Run, Workload};
 
+/// What the probe does with the resources it receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Decode {
+    /// Counts them.
+    Nothing,
+    /// Decodes each into its Envoy message and keeps it.
+    Messages,
+}
+
+/// The resources a decoding probe has decoded, kept until its run ends (a client keeps
+/// what it receives).
+#[derive(Default)]
+struct Kept {
+    messages: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+impl Kept {
+    /// Decodes one resource's payload by its type URL into its Envoy message.
+    fn decode(&mut self, type_url: &str, value: &[u8]) {
+        use xds_adapter_tokio::xds_proto_core::pb::envoy::config;
+        fn one<M: Message + Default + Send + 'static>(
+            value: &[u8],
+        ) -> Box<dyn std::any::Any + Send> {
+            Box::new(M::decode(value).expect("a valid resource"))
+        }
+        let message = match type_url.rsplit('.').next() {
+            Some("Listener") => one::<config::listener::v3::Listener>(value),
+            Some("RouteConfiguration") => one::<config::route::v3::RouteConfiguration>(value),
+            Some("Cluster") => one::<config::cluster::v3::Cluster>(value),
+            Some("ClusterLoadAssignment") => {
+                one::<config::endpoint::v3::ClusterLoadAssignment>(value)
+            }
+            _ => panic!("a resource of an unexpected type: {type_url}"),
+        };
+        self.messages.push(message);
+    }
+}
+
 const ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 const DELTA_ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// One probe run against the server at `port`.
-pub async fn run(port: u16, workload: &Workload, api: Api) -> Run {
+pub async fn run(port: u16, workload: &Workload, api: Api, decode: Decode) -> Run {
     match api {
-        Api::Sotw => run_sotw(port, workload).await,
-        Api::Delta => run_delta(port, workload).await,
+        Api::Sotw => run_sotw(port, workload, decode).await,
+        Api::Delta => run_delta(port, workload, decode).await,
     }
 }
 
@@ -54,7 +97,7 @@ fn probe_node() -> Node {
 }
 
 /// State of the world: each type's newest response holds all its subscribed resources.
-async fn run_sotw(port: u16, workload: &Workload) -> Run {
+async fn run_sotw(port: u16, workload: &Workload, decode: Decode) -> Run {
     // Timed from before the connection, as the client is (its first watch connects).
     // The CPU time is read first: reading it allocates, which may make the allocator
     // tidy up after the previous run, and that is no part of this one.
@@ -84,6 +127,7 @@ async fn run_sotw(port: u16, workload: &Workload) -> Run {
         .into_inner();
     // SotW: each type's newest response holds all its subscribed resources.
     let mut held: HashMap<String, usize> = HashMap::new();
+    let mut kept = Kept::default();
     let (mut responses, mut bytes) = (0, 0);
     let mut timeline = Vec::new();
     let expected = workload.resource_count();
@@ -101,6 +145,11 @@ async fn run_sotw(port: u16, workload: &Workload) -> Run {
         }
         timeline.push((start.elapsed(), response.encoded_len()));
         held.insert(response.type_url.clone(), response.resources.len());
+        if decode == Decode::Messages {
+            for any in &response.resources {
+                kept.decode(&any.type_url, &any.value);
+            }
+        }
         let names = subscriptions
             .iter()
             .find(|(t, _)| *t == response.type_url)
@@ -114,11 +163,11 @@ async fn run_sotw(port: u16, workload: &Workload) -> Run {
             ..Default::default()
         });
     }
-    finish(start, cpu, timeline, responses, bytes).await
+    finish(start, cpu, timeline, responses, bytes, kept).await
 }
 
 /// Delta: every resource arrives once; the probe counts them per type.
-async fn run_delta(port: u16, workload: &Workload) -> Run {
+async fn run_delta(port: u16, workload: &Workload, decode: Decode) -> Run {
     let cpu = crate::process_cpu();
     let start = Instant::now();
     let mut grpc = connect(port).await;
@@ -142,6 +191,7 @@ async fn run_delta(port: u16, workload: &Workload) -> Run {
         .expect("the delta ADS stream starts")
         .into_inner();
     let (mut received, mut responses, mut bytes) = (0, 0, 0);
+    let mut kept = Kept::default();
     let mut timeline = Vec::new();
     while received < workload.resource_count() {
         let response = match inbound.next().await {
@@ -153,13 +203,22 @@ async fn run_delta(port: u16, workload: &Workload) -> Run {
         bytes += response.encoded_len();
         timeline.push((start.elapsed(), response.encoded_len()));
         received += response.resources.len();
+        if decode == Decode::Messages {
+            for any in response
+                .resources
+                .iter()
+                .filter_map(|r| r.resource.as_ref())
+            {
+                kept.decode(&any.type_url, &any.value);
+            }
+        }
         let _ = requests.unbounded_send(DeltaDiscoveryRequest {
             type_url: response.type_url,
             response_nonce: response.nonce,
             ..Default::default()
         });
     }
-    finish(start, cpu, timeline, responses, bytes).await
+    finish(start, cpu, timeline, responses, bytes, kept).await
 }
 
 /// The run's figures, once every resource is in; prints the timeline if asked.
@@ -169,9 +228,11 @@ async fn finish(
     timeline: Vec<(Duration, usize)>,
     responses: usize,
     bytes: usize,
+    kept: Kept,
 ) -> Run {
     let elapsed = start.elapsed();
     let cpu = crate::process_cpu() - cpu;
+    drop(kept);
     if std::env::var_os("XDS_E2E_PHASES").is_some() {
         for (at, len) in timeline {
             println!("  {:8.1} ms response {len} B", at.as_secs_f64() * 1e3);

@@ -1,6 +1,7 @@
 //! The runs' figures by cell (size, contender), the medians' summary, and the markdown
 //! table for BENCHMARKS.md: each client beside the probe of its size and API, with the
-//! spread of both and the runs in which the client took more responses than the probe.
+//! spread of both and the runs in which the client took more responses than the probe;
+//! and, when it ran, beside the decoding probe (see `probe.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -10,23 +11,26 @@ use crate::client::Registration;
 use crate::server::ServerStats;
 use crate::{Api, Args, Run, ms};
 
-/// Who runs: the raw probe, or the client with a registration style.
+/// Who runs: the raw probe, the decoding probe, or the client with a registration
+/// style.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Contender {
     Probe(Api),
+    Decoder(Api),
     Client(Api, Registration),
 }
 
 impl Contender {
     pub fn api(self) -> Api {
         match self {
-            Contender::Probe(api) | Contender::Client(api, _) => api,
+            Contender::Probe(api) | Contender::Decoder(api) | Contender::Client(api, _) => api,
         }
     }
 
     pub fn label(self) -> String {
         match self {
             Contender::Probe(api) => format!("raw probe {}", api.name()),
+            Contender::Decoder(api) => format!("decoding probe {}", api.name()),
             Contender::Client(api, r) => format!("client {} {}", api.name(), r.name()),
         }
     }
@@ -36,6 +40,7 @@ impl Contender {
         let api = |api: Api| if api == Api::Sotw { "sotw" } else { "delta" };
         match self {
             Contender::Probe(a) => format!("probe-{}", api(a)),
+            Contender::Decoder(a) => format!("decoder-{}", api(a)),
             Contender::Client(a, r) => format!("client-{}-{}", api(a), r.name()),
         }
     }
@@ -44,8 +49,9 @@ impl Contender {
         let parts: Vec<&str> = s.split('-').collect();
         match parts[..] {
             ["probe", api] => Contender::Probe(Api::parse(api)),
+            ["decoder", api] => Contender::Decoder(Api::parse(api)),
             ["client", api, r] => Contender::Client(Api::parse(api), Registration::parse(r)),
-            _ => panic!("--child {s:?}: probe-API or client-API-REGISTRATION"),
+            _ => panic!("--child {s:?}: probe-API, decoder-API or client-API-REGISTRATION"),
         }
     }
 }
@@ -87,6 +93,14 @@ impl Table {
         self.cells.get(&cell).map(Vec::as_slice)
     }
 
+    fn decoder(&self, size: usize, api: Api) -> Option<&[Sample]> {
+        let cell = Cell {
+            size,
+            contender: Contender::Decoder(api),
+        };
+        self.cells.get(&cell).map(Vec::as_slice)
+    }
+
     /// The clients' cells, each with its probe's (if the probe ran).
     fn clients(&self) -> impl Iterator<Item = (Cell, &[Sample], Option<&[Sample]>)> {
         self.cells.iter().filter_map(|(cell, samples)| {
@@ -102,6 +116,18 @@ impl Table {
         let mut out = String::new();
         for (cell, client, probe) in self.clients() {
             let client_median = median(client.iter().map(|s| s.run.elapsed));
+            if let Some(decoder) = self.decoder(cell.size, cell.contender.api()) {
+                let decoder_median = median(decoder.iter().map(|s| s.run.elapsed));
+                let _ = writeln!(
+                    out,
+                    "median, {} clusters, {}: decoding probe {:.1} ms, tokio client {:.1} ms, ratio {:.2}",
+                    cell.size,
+                    cell.contender.label(),
+                    ms(decoder_median),
+                    ms(client_median),
+                    client_median.as_secs_f64() / decoder_median.as_secs_f64()
+                );
+            }
             let _ = match probe {
                 Some(probe) => {
                     let probe_median = median(probe.iter().map(|s| s.run.elapsed));
@@ -156,10 +182,11 @@ impl Table {
         out.push('\n');
         out.push_str(
             "| clusters | API | registration | raw probe, median (min–max) | client, median (min–max) \
-             | ratio of medians | per-round ratios, median (min–max) | client CPU, median | watches queued by, median \
+             | ratio of medians | per-round ratios, median (min–max) | decoding probe, median (min–max) \
+             | ratio to the decoding probe | client CPU, median | watches queued by, median \
              | runs with an extra response |\n",
         );
-        out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (cell, client, probe) in self.clients() {
             let Contender::Client(api, registration) = cell.contender else {
                 continue;
@@ -178,9 +205,18 @@ impl Table {
                 }
                 None => ("–".into(), "–".into(), "–".into()),
             };
+            let (decoder_col, decoder_ratio) = match self.decoder(cell.size, api) {
+                Some(decoder) => {
+                    let times: Vec<Duration> = decoder.iter().map(|s| s.run.elapsed).collect();
+                    let ratio = median(client_times.iter().copied()).as_secs_f64()
+                        / median(times.iter().copied()).as_secs_f64();
+                    (spread(&times), format!("{ratio:.2}×"))
+                }
+                None => ("–".into(), "–".into()),
+            };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.1} ms | {:.1} ms | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms | {:.1} ms | {} |",
                 thousands(cell.size),
                 api.name(),
                 registration.name(),
@@ -188,6 +224,8 @@ impl Table {
                 spread(&client_times),
                 ratio,
                 per_round,
+                decoder_col,
+                decoder_ratio,
                 ms(median(client.iter().map(|s| s.run.cpu))),
                 ms(median(client.iter().map(|s| s.run.registered))),
                 extra_responses(client, probe),

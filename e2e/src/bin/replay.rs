@@ -48,7 +48,10 @@ fn main() {
         .collect();
     responses.sort_by_key(|(kind, _)| ORDER.iter().position(|k| k == kind));
     let names: Vec<String> = (0..10_000).map(|i| format!("cluster-{i:05}")).collect();
-    for _ in 0..10 {
+    // REPLAY_ROUNDS=1: the first, cold round alone (page faults, allocator growth).
+    let rounds =
+        std::env::var("REPLAY_ROUNDS").map_or(10, |r| r.parse().expect("a number of rounds"));
+    for _ in 0..rounds {
         let bootstrap = Bootstrap::from_json_str(
             r#"{"xds_servers": [{"server_uri": "127.0.0.1:1", "channel_creds": [{"type": "insecure"}],
                 "server_features": ["xds_v3"]}], "node": {"id": "e2e-replay"}}"#,
