@@ -68,6 +68,7 @@ mod driver;
 mod events;
 pub mod exports;
 mod frames;
+pub mod handshake;
 mod holds;
 mod io;
 pub mod metrics;

@@ -9,7 +9,9 @@
 //! has no `non_forwarding_action` while an RPC is in flight: the in-flight RPC finishes
 //! on its draining connection and the next RPCs fail UNAVAILABLE naming the action;
 //! the listener removed: NOT_SERVING again (the bootstrap sets `fail_on_data_errors`,
-//! so a deletion drops the resource, A88).
+//! so a deletion drops the resource, A88). While SERVING, a connection that sends
+//! nothing is closed at the handshake timeout and one that sent its HTTP/2 preface is
+//! not; over mTLS, one that never starts its TLS handshake is closed too.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -109,6 +111,73 @@ impl<R: Runtime> tower_service::Service<http::Request<hyper::body::Incoming>> fo
     }
 }
 
+/// The handshake timeout the scenarios give the server.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(400);
+
+/// How long a TCP connection to `addr` that sends `first` (maybe nothing) stays open,
+/// up to `limit` (`None`: still open then). On a thread of its own, with blocking
+/// sockets, so that it runs the same on every runtime.
+async fn connection_lifetime(
+    addr: SocketAddr,
+    first: &'static [u8],
+    limit: Duration,
+) -> Option<Duration> {
+    use std::io::{Read, Write};
+    let (tx, rx) = futures::channel::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect to the xDS server");
+        let start = Instant::now();
+        stream.write_all(first).expect("send the first bytes");
+        let mut buf = [0u8; 1024];
+        let closed = loop {
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break None;
+            }
+            stream.set_read_timeout(Some(left)).expect("a read timeout");
+            match stream.read(&mut buf) {
+                // The server's SETTINGS and the like: keep reading.
+                Ok(n) if n > 0 => continue,
+                Ok(_) => break Some(start.elapsed()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break None;
+                }
+                Err(_) => break Some(start.elapsed()),
+            }
+        };
+        let _ = tx.send(closed);
+    });
+    rx.await.expect("the connection thread")
+}
+
+/// The client preface and an empty SETTINGS frame (RFC 9113 §3.4).
+const PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// A connection that says nothing is closed at the handshake timeout, not before; one
+/// that sent its preface outlives it. Returns the silent one's lifetime.
+async fn check_handshake_timeout(addr: SocketAddr, plaintext: bool) -> Duration {
+    let silent = connection_lifetime(addr, b"", HANDSHAKE_TIMEOUT * 10)
+        .await
+        .expect("a silent connection is closed");
+    assert!(
+        silent >= HANDSHAKE_TIMEOUT.mul_f32(0.9) && silent < HANDSHAKE_TIMEOUT * 10,
+        "a silent connection lived {silent:?}, the handshake timeout is {HANDSHAKE_TIMEOUT:?}"
+    );
+    if plaintext {
+        let greeted = connection_lifetime(addr, PREFACE_AND_SETTINGS, HANDSHAKE_TIMEOUT * 3).await;
+        assert_eq!(
+            greeted, None,
+            "a connection that sent its preface was closed"
+        );
+    }
+    silent
+}
+
 /// What the scenarios saw, for the test to print.
 #[derive(Debug, Default)]
 pub struct ServerFigures {
@@ -118,6 +187,8 @@ pub struct ServerFigures {
     pub not_forwarding: String,
     /// How long the in-flight RPC across the listener update took.
     pub in_flight: Duration,
+    /// How long a connection that sent nothing stayed open.
+    pub silent_connection: Duration,
 }
 
 fn free_port() -> u16 {
@@ -223,6 +294,7 @@ where
     let seen = modes.clone();
     let builder = XdsServerBuilder::new(server_client)
         .drain_grace(Duration::from_secs(10))
+        .handshake_timeout(HANDSHAKE_TIMEOUT)
         .on_serving_mode(move |_, mode| seen.lock().unwrap().push(mode.clone()));
     let mut figures = ServerFigures::default();
     let server = serve(builder, addr, SuiteEcho { rt: rt.clone() })
@@ -248,6 +320,7 @@ where
             .await;
             assert_eq!(reply.backend, SERVICE_NAME);
             assert_eq!(server.mode(), ServingMode::Serving);
+            figures.silent_connection = check_handshake_timeout(addr, true).await;
 
             // A listener update while an RPC is in flight: it finishes on its draining
             // connection; new RPCs use the new routes, whose action is not
@@ -398,7 +471,9 @@ where
         );
     let server_client = Client::<R>::from_bootstrap_json(&server_json).expect("server client");
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let builder = XdsServerBuilder::new(server_client).rpc_hook(SeenIdentities(seen.clone()));
+    let builder = XdsServerBuilder::new(server_client)
+        .handshake_timeout(HANDSHAKE_TIMEOUT)
+        .rpc_hook(SeenIdentities(seen.clone()));
     let server = serve(builder, addr, SuiteEcho { rt: rt.clone() })
         .await
         .expect("the xDS server starts");
@@ -408,6 +483,8 @@ where
         })
         .await;
         assert_eq!(reply.backend, SERVICE_NAME);
+        // No TLS handshake at all: closed at the handshake timeout.
+        check_handshake_timeout(addr, false).await;
         let no_identity = tls_cluster(CLUSTER, &upstream_tls_context(INSTANCE, None, &[SERVER_ID]));
         control.set_resources(type_url::CLUSTER, "2", vec![no_identity]);
         let status = until(&rt, "a refused RPC without a client certificate", || {

@@ -3,7 +3,9 @@
 //! with `XdsServerCredentials` (A29; a chain without one is plaintext), HTTP/2 served
 //! with every RPC admitted by the chain's routes, and a drain when the listener it was
 //! accepted under is replaced or the server stops serving: GOAWAY at once, then closed
-//! after the drain grace time, RPCs in flight finishing meanwhile.
+//! after the drain grace time, RPCs in flight finishing meanwhile. A connection whose
+//! handshake (TLS, then the client's HTTP/2 preface) is not over within the handshake
+//! timeout is closed (see [`handshake`](crate::handshake)).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use super::Shared;
 use super::audit::AuditSink;
 use super::rpc::{ConnectionContext, PeerIdentity, ServerRpcHook, call_service};
 use super::{ServedBody, ServedService};
+use crate::handshake::{HandshakeDeadline, PrefaceWatch};
 use crate::io::HyperIo;
 use crate::runtime::{HyperExecutor, HyperTimer, Runtime};
 use crate::security::{CertificateProviders, XdsServerCredentials};
@@ -31,6 +34,7 @@ pub(crate) struct ConnectionSettings<R, S> {
     pub(crate) hook: Option<Arc<dyn ServerRpcHook>>,
     pub(crate) audit: Arc<dyn AuditSink>,
     pub(crate) drain_grace: Duration,
+    pub(crate) handshake_timeout: Duration,
 }
 
 /// Serves one accepted connection until it ends or has drained.
@@ -45,6 +49,7 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
     B: ServedBody,
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let deadline = HandshakeDeadline::starting(&settings.rt, settings.handshake_timeout);
     // NOT_SERVING: close without sending a byte (A36).
     let Some((config, drained)) = settings.shared.admit_connection() else {
         return;
@@ -69,7 +74,7 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
         audit: settings.audit.clone(),
     };
     match tls {
-        None => serve_h2(settings, HyperIo::new(io), context, drained).await,
+        None => serve_h2(settings, io, context, drained, deadline).await,
         Some(tls) => {
             let credentials = XdsServerCredentials::new(tls, settings.providers.clone());
             let config = match credentials.server_config() {
@@ -79,10 +84,15 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
                     return;
                 }
             };
-            let stream = match futures_rustls::TlsAcceptor::from(config).accept(io).await {
-                Ok(stream) => stream,
-                Err(error) => {
+            let accept = futures_rustls::TlsAcceptor::from(config).accept(io);
+            let stream = match deadline.run(&settings.rt, accept).await {
+                Some(Ok(stream)) => stream,
+                Some(Err(error)) => {
                     tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+                None => {
+                    tracing::debug!(%peer, "TLS handshake not over within the handshake timeout; closing");
                     return;
                 }
             };
@@ -92,7 +102,7 @@ pub(crate) async fn serve_connection<R, S, B, IO>(
                 .peer_certificates()
                 .and_then(|certs| certs.first())
                 .map(peer_identity);
-            serve_h2(settings, HyperIo::new(stream), context, drained).await;
+            serve_h2(settings, stream, context, drained, deadline).await;
         }
     }
 }
@@ -107,15 +117,17 @@ fn peer_identity(leaf: &rustls::pki_types::CertificateDer<'_>) -> PeerIdentity {
 
 async fn serve_h2<R, S, B, IO>(
     settings: Arc<ConnectionSettings<R, S>>,
-    io: HyperIo<IO>,
+    io: IO,
     context: ConnectionContext,
     drained: futures::channel::oneshot::Receiver<()>,
+    deadline: HandshakeDeadline,
 ) where
     R: Runtime,
     S: ServedService<B>,
     B: ServedBody,
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let peer = context.peer;
     let context = Arc::new(context);
     let service_settings = settings.clone();
     // Route `runtime_fraction` draws; not security sensitive.
@@ -146,13 +158,18 @@ async fn serve_h2<R, S, B, IO>(
             });
             response
         });
+    let (io, preface) = PrefaceWatch::new(io);
     let connection = hyper::server::conn::http2::Builder::new(HyperExecutor(settings.rt.clone()))
         .timer(HyperTimer::new(settings.rt.clone()))
-        .serve_connection(io, handler);
+        .serve_connection(HyperIo::new(io), handler);
     let mut connection = std::pin::pin!(connection);
-    match select(connection.as_mut(), drained).await {
+    let expired = std::pin::pin!(deadline.expired_before(&settings.rt, &preface));
+    match select(connection.as_mut(), select(drained, expired)).await {
         Either::Left(_) => {}
-        Either::Right(_) => {
+        Either::Right((Either::Right(_), _)) => {
+            tracing::debug!(%peer, "no HTTP/2 preface within the handshake timeout; closing");
+        }
+        Either::Right((Either::Left(_), _)) => {
             // GOAWAY now; RPCs in flight finish within the grace time.
             connection.as_mut().graceful_shutdown();
             let grace = settings.rt.sleep(settings.drain_grace);

@@ -4,7 +4,8 @@
 //! runtime accepts ([`XdsServerBuilder::serve_incoming`]; the tokio and async-std
 //! adapters bind the port). Connections are closed without a byte while NOT_SERVING
 //! or when no filter chain matches; each gets its chain's TLS and routes; a new
-//! listener drains the older connections (GOAWAY, closed after the drain grace time).
+//! listener drains the older connections (GOAWAY, closed after the drain grace time);
+//! a connection whose handshake is not over within the handshake timeout is closed.
 //! Serving-mode changes reach a callback and [`XdsServer::mode`].
 
 mod audit;
@@ -26,6 +27,7 @@ use xds_proto_core::Lds;
 use xds_proto_core::resource::{Rds, ResourceTypeInfo};
 use xds_proto_core::server::{ServingConfig, ServingEvent, ServingMode, ServingState};
 
+pub use crate::handshake::DEFAULT_HANDSHAKE_TIMEOUT;
 pub use audit::{AuditSink, StdoutAuditLogger};
 pub use rpc::{BoxError, PeerIdentity, ServerRpc, ServerRpcHook};
 
@@ -155,6 +157,7 @@ pub struct XdsServerBuilder<R: Runtime> {
     client: Client<R>,
     providers: Option<CertificateProviders>,
     drain_grace: Duration,
+    handshake_timeout: Duration,
     on_mode: Option<ServingModeCallback>,
     hook: Option<Arc<dyn ServerRpcHook>>,
     audit: Option<Arc<dyn AuditSink>>,
@@ -168,6 +171,7 @@ impl<R: Runtime> XdsServerBuilder<R> {
             client,
             providers: None,
             drain_grace: DEFAULT_DRAIN_GRACE,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             on_mode: None,
             hook: None,
             audit: None,
@@ -186,6 +190,15 @@ impl<R: Runtime> XdsServerBuilder<R> {
     /// "drain grace time"; default ten minutes).
     pub fn drain_grace(mut self, grace: Duration) -> Self {
         self.drain_grace = grace;
+        self
+    }
+
+    /// How long an accepted connection has for its handshake: the TLS handshake of a
+    /// filter chain with a `DownstreamTlsContext`, then the client's HTTP/2 preface.
+    /// A connection still short of it is closed. Default
+    /// [`DEFAULT_HANDSHAKE_TIMEOUT`] (120 s, as gRPC-Go and C-core).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
         self
     }
 
@@ -274,6 +287,7 @@ impl<R: Runtime> XdsServerBuilder<R> {
                 .audit
                 .unwrap_or_else(|| Arc::new(StdoutAuditLogger::stdout())),
             drain_grace: self.drain_grace,
+            handshake_timeout: self.handshake_timeout,
         });
         rt.spawn(Box::pin(accept_loop(
             rt.clone(),
