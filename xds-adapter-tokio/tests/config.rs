@@ -43,7 +43,7 @@ async fn config_for_target_uses_the_listener_name_templates() {
 
     const DEFAULT_LISTENER: &str = "lds/svc.example.com:8443";
     const AUTHORITY_LISTENER: &str =
-        "xdstp://a.example/envoy.config.listener.v3.Listener/svc.example.com%3A8443";
+        "xdstp://a.example/envoy.config.listener.v3.Listener/svc.example.com:8443";
 
     async fn first_cluster(stream: &mut ConfigStream) -> Vec<String> {
         let update = tokio::time::timeout(Duration::from_secs(10), stream.next())

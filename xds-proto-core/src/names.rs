@@ -121,6 +121,43 @@ pub fn message_type(type_url: &str) -> &str {
     type_url.rsplit_once('/').map_or(type_url, |(_, t)| t)
 }
 
+/// `s` as the `%s` of an `xdstp:` template (A47, for client targets and server
+/// listening addresses alike): every byte RFC 3986 does not allow in a path (section
+/// 3.3: unreserved, sub-delims, `:`, `@`, and `/`) as `%XX`, so `foo.example:8443`
+/// stays as it is and `[::]:8080` becomes `%5B::%5D:8080`, as in gRPC-Go and C-core.
+pub(crate) fn percent_encode_path(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        let allowed = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+                    | b'/'
+            );
+        if allowed {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,7 +82,7 @@ impl Bootstrap {
             }
         };
         let replacement = if template.starts_with("xdstp:") {
-            percent_encode(&path)
+            crate::names::percent_encode_path(&path)
         } else {
             path.clone()
         };
@@ -137,19 +137,6 @@ fn percent_decode(path: &str) -> Result<String, TargetError> {
     String::from_utf8(out).map_err(|_| TargetError::BadPercentEscape)
 }
 
-/// `s` with every byte outside RFC 3986's unreserved set, except `/`, as `%XX` (A47).
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,8 +176,24 @@ mod tests {
         );
         assert_eq!(
             listener(&b, "xds:///foo.example:8443/a b~_-"),
-            "xdstp://auth.example/envoy.config.listener.v3.Listener/foo.example%3A8443/a%20b~_-"
+            "xdstp://auth.example/envoy.config.listener.v3.Listener/foo.example:8443/a%20b~_-"
         );
+    }
+
+    #[test]
+    fn an_xdstp_name_keeps_what_a_path_allows_as_grpc_does() {
+        // RFC 3986 §3.3: `:` and `@` and the sub-delims stay; brackets, spaces and
+        // non-ASCII bytes are escaped. gRPC-Go (`url.PathEscape` per segment) and
+        // C-core request `foo.example:8443` for the first: a `%3A` would name another
+        // resource.
+        let b = bootstrap(
+            r#", "client_default_listener_resource_name_template": "xdstp://auth.example/envoy.config.listener.v3.Listener/%s""#,
+        );
+        let name = |t| listener(&b, t).rsplit('/').next().unwrap().to_owned();
+        assert_eq!(name("xds:///foo.example:8443"), "foo.example:8443");
+        assert_eq!(name("xds:///user@host=1+2&$"), "user@host=1+2&$");
+        assert_eq!(name("xds:///%5B::1%5D:80"), "%5B::1%5D:80");
+        assert_eq!(name("xds:///caf%C3%A9"), "caf%C3%A9");
     }
 
     #[test]
@@ -203,7 +206,7 @@ mod tests {
         );
         assert_eq!(
             listener(&b, "xds://a.example/foo.example:8080"),
-            "xdstp://a.example/envoy.config.listener.v3.Listener/foo.example%3A8080"
+            "xdstp://a.example/envoy.config.listener.v3.Listener/foo.example:8080"
         );
         assert_eq!(
             listener(&b, "xds://b.example/svc/v1"),

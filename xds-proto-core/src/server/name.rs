@@ -75,43 +75,8 @@ pub fn server_listener_name(
 pub fn listener_name_from_template(template: &str, listening: SocketAddr) -> String {
     let address = listening.to_string();
     if template.starts_with("xdstp:") {
-        template.replace("%s", &percent_encode_path(&address))
+        template.replace("%s", &crate::names::percent_encode_path(&address))
     } else {
         template.replace("%s", &address)
     }
-}
-
-/// `s` with every byte RFC 3986 does not allow in a path (section 3.3: unreserved,
-/// sub-delims, `:`, `@`, and `/`) as `%XX`.
-fn percent_encode_path(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
-        let allowed = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-                    | b':'
-                    | b'@'
-                    | b'/'
-            );
-        if allowed {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
