@@ -42,6 +42,7 @@ use xds_proto_core::resource::{
     LocalityEndpoints, Priority, WeightedRoundRobinConfig,
 };
 use xds_proto_testing::alloc::{self, CountingAlloc};
+use xds_proto_testing::peer::SplitMix;
 
 #[allow(dead_code)]
 #[path = "../src/lb/wrr_scheduler.rs"]
@@ -131,8 +132,8 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
     let mut connected = 0;
     while connected < usize::from(ENDPOINTS) {
         let args = PickArgs {
-            hash: Some(rng.next()),
-            random: rng.next(),
+            hash: Some(rng.next_u64()),
+            random: rng.next_u64(),
             override_host: None,
         };
         if let Pick::Complete { call, .. } = lb.pick(now, CLUSTER, &args) {
@@ -150,7 +151,7 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
     for _ in 0..20 * usize::from(ENDPOINTS) {
         let args = PickArgs {
             hash: None,
-            random: rng.next(),
+            random: rng.next_u64(),
             override_host: None,
         };
         if let Pick::Complete { call, address, .. } = lb.pick(now, CLUSTER, &args) {
@@ -163,19 +164,6 @@ fn ready_lb(policy: LbPolicy, lrs: bool) -> LoadBalancer {
     }
     lb.handle_timeout(NOW);
     lb
-}
-
-/// The runtime's random numbers: splitmix64.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 /// The policies measured, by name, and whether the cluster reports its load.
@@ -224,8 +212,8 @@ fn report_allocations() {
         let before = alloc::allocations();
         for _ in 0..100_000 {
             let args = PickArgs {
-                hash: Some(rng.next()),
-                random: rng.next(),
+                hash: Some(rng.next_u64()),
+                random: rng.next_u64(),
                 override_host: None,
             };
             if let Pick::Complete { call, .. } = lb.pick(NOW, CLUSTER, &args) {
@@ -281,8 +269,8 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("{name}/pick"), |b| {
             b.iter(|| {
                 let args = PickArgs {
-                    hash: Some(rng.next()),
-                    random: rng.next(),
+                    hash: Some(rng.next_u64()),
+                    random: rng.next_u64(),
                     override_host: None,
                 };
                 black_box(lb.pick(NOW, black_box(CLUSTER), &args))
@@ -294,8 +282,8 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("{name}/pick+finish"), |b| {
             b.iter(|| {
                 let args = PickArgs {
-                    hash: Some(rng.next()),
-                    random: rng.next(),
+                    hash: Some(rng.next_u64()),
+                    random: rng.next_u64(),
                     override_host: None,
                 };
                 if let Pick::Complete { call, .. } = lb.pick(NOW, CLUSTER, &args) {
@@ -315,7 +303,7 @@ fn bench_scheduler(c: &mut Criterion) {
         .collect();
     let mut rng = SplitMix(7);
     let mut scheduler = wrr_scheduler::StrideScheduler::default();
-    scheduler.rebuild(&weights, || rng.next());
+    scheduler.rebuild(&weights, || rng.next_u64());
     let mut group = c.benchmark_group("wrr_scheduler_1000_endpoints");
     group.throughput(Throughput::Elements(1));
     group.measurement_time(Duration::from_secs(3));

@@ -26,12 +26,20 @@ impl<F: FnMut() -> u32> RandomSource for F {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seeded(pub u64);
 
-impl RandomSource for Seeded {
-    fn next_u32(&mut self) -> u32 {
+impl Seeded {
+    /// The next 64 bits of the stream (one SplitMix64 step), for a caller that needs
+    /// more than the selector's `u32` draws from the same seed.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 32) as u32
+        z ^ (z >> 31)
+    }
+}
+
+impl RandomSource for Seeded {
+    fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
     }
 }

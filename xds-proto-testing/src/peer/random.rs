@@ -5,26 +5,11 @@ use std::collections::VecDeque;
 
 use xds_proto_core::selector::RandomSource;
 
-/// SplitMix64: a tiny seeded generator for tests that need many draws.
-#[derive(Clone, Debug)]
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-impl RandomSource for SplitMix {
-    fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-}
+/// SplitMix64, a tiny seeded generator for tests that need many draws: the core's
+/// [`Seeded`](xds_proto_core::selector::Seeded) (`next_u64`, and `next_u32` as a
+/// selector's [`RandomSource`]), so a test draws exactly what an embedder seeding the
+/// selector the same way would.
+pub use xds_proto_core::selector::Seeded as SplitMix;
 
 /// A random source that returns scripted `u32` values, then panics; it counts draws.
 #[derive(Clone, Debug, Default)]
