@@ -111,44 +111,43 @@ impl Table {
         })
     }
 
-    /// One line per client cell: the medians and their ratio.
+    /// One line per client cell and floor that ran (the decoding probe, the raw probe):
+    /// the medians and their ratio.
     pub fn summary(&self) -> String {
         let mut out = String::new();
         for (cell, client, probe) in self.clients() {
             let client_median = median(client.iter().map(|s| s.run.elapsed));
-            if let Some(decoder) = self.decoder(cell.size, cell.contender.api()) {
-                let decoder_median = median(decoder.iter().map(|s| s.run.elapsed));
+            let floors = [
+                (
+                    "decoding probe",
+                    self.decoder(cell.size, cell.contender.api()),
+                ),
+                ("raw probe", probe),
+            ];
+            let mut any = false;
+            for (name, floor) in floors {
+                let Some(floor) = floor else { continue };
+                any = true;
+                let floor_median = median(floor.iter().map(|s| s.run.elapsed));
                 let _ = writeln!(
                     out,
-                    "median, {} clusters, {}: decoding probe {:.1} ms, tokio client {:.1} ms, ratio {:.2}",
+                    "median, {} clusters, {}: {name} {:.1} ms, tokio client {:.1} ms, ratio {:.2}",
                     cell.size,
                     cell.contender.label(),
-                    ms(decoder_median),
+                    ms(floor_median),
                     ms(client_median),
-                    client_median.as_secs_f64() / decoder_median.as_secs_f64()
+                    client_median.as_secs_f64() / floor_median.as_secs_f64()
                 );
             }
-            let _ = match probe {
-                Some(probe) => {
-                    let probe_median = median(probe.iter().map(|s| s.run.elapsed));
-                    writeln!(
-                        out,
-                        "median, {} clusters, {}: raw probe {:.1} ms, tokio client {:.1} ms, ratio {:.2}",
-                        cell.size,
-                        cell.contender.label(),
-                        ms(probe_median),
-                        ms(client_median),
-                        client_median.as_secs_f64() / probe_median.as_secs_f64()
-                    )
-                }
-                None => writeln!(
+            if !any {
+                let _ = writeln!(
                     out,
                     "median, {} clusters, {}: tokio client {:.1} ms",
                     cell.size,
                     cell.contender.label(),
                     ms(client_median)
-                ),
-            };
+                );
+            }
         }
         out
     }
