@@ -9,8 +9,8 @@ use xds_adapter_common::server::{ServedBody, ServedService};
 use crate::{Client, TokioRuntime};
 
 pub use xds_adapter_common::server::{
-    AuditSink, DEFAULT_DRAIN_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, PeerIdentity, ServerRpc,
-    ServerRpcHook, StdoutAuditLogger, XdsServer,
+    AuditSink, DEFAULT_DRAIN_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_SERVER_KEEPALIVE_INTERVAL,
+    PeerIdentity, ServerRpc, ServerRpcHook, StdoutAuditLogger, XdsServer,
 };
 pub use xds_proto_core::server::ServingMode;
 

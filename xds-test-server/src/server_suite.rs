@@ -114,6 +114,13 @@ impl<R: Runtime> tower_service::Service<http::Request<hyper::body::Incoming>> fo
 /// The handshake timeout the scenarios give the server.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(400);
 
+/// The keepalive the scenarios give the server: PING after 1 s without a frame, closed
+/// 0.5 s later without its ACK.
+const KEEPALIVE: xds_adapter_common::KeepaliveSettings = xds_adapter_common::KeepaliveSettings {
+    interval: Duration::from_millis(1000),
+    timeout: Duration::from_millis(500),
+};
+
 /// How long a TCP connection to `addr` that sends `first` (maybe nothing) stays open,
 /// up to `limit` (`None`: still open then). On a thread of its own, with blocking
 /// sockets, so that it runs the same on every runtime.
@@ -159,7 +166,8 @@ async fn connection_lifetime(
 const PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
 
 /// A connection that says nothing is closed at the handshake timeout, not before; one
-/// that sent its preface outlives it. Returns the silent one's lifetime.
+/// that sent its preface outlives it, and (plaintext, with [`KEEPALIVE`]) is closed
+/// once a keepalive PING goes unanswered. Returns the silent one's lifetime.
 async fn check_handshake_timeout(addr: SocketAddr, plaintext: bool) -> Duration {
     let silent = connection_lifetime(addr, b"", HANDSHAKE_TIMEOUT * 10)
         .await
@@ -169,10 +177,19 @@ async fn check_handshake_timeout(addr: SocketAddr, plaintext: bool) -> Duration 
         "a silent connection lived {silent:?}, the handshake timeout is {HANDSHAKE_TIMEOUT:?}"
     );
     if plaintext {
-        let greeted = connection_lifetime(addr, PREFACE_AND_SETTINGS, HANDSHAKE_TIMEOUT * 3).await;
+        let greeted = connection_lifetime(addr, PREFACE_AND_SETTINGS, HANDSHAKE_TIMEOUT * 2).await;
         assert_eq!(
             greeted, None,
             "a connection that sent its preface was closed"
+        );
+        // It never answers the server's PING: closed after interval + timeout.
+        let unanswered = connection_lifetime(addr, PREFACE_AND_SETTINGS, Duration::from_secs(10))
+            .await
+            .expect("a connection that never answers a PING is closed");
+        let expected = KEEPALIVE.interval + KEEPALIVE.timeout;
+        assert!(
+            unanswered >= expected.mul_f32(0.9) && unanswered < expected * 4,
+            "a connection that never answered a PING lived {unanswered:?}, keepalive {KEEPALIVE:?}"
         );
     }
     silent
@@ -295,6 +312,7 @@ where
     let builder = XdsServerBuilder::new(server_client)
         .drain_grace(Duration::from_secs(10))
         .handshake_timeout(HANDSHAKE_TIMEOUT)
+        .keepalive(Some(KEEPALIVE))
         .on_serving_mode(move |_, mode| seen.lock().unwrap().push(mode.clone()));
     let mut figures = ServerFigures::default();
     let server = serve(builder, addr, SuiteEcho { rt: rt.clone() })

@@ -35,6 +35,7 @@ pub(crate) struct ConnectionSettings<R, S> {
     pub(crate) audit: Arc<dyn AuditSink>,
     pub(crate) drain_grace: Duration,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) keepalive: Option<crate::transport::KeepaliveSettings>,
 }
 
 /// Serves one accepted connection until it ends or has drained.
@@ -159,9 +160,14 @@ async fn serve_h2<R, S, B, IO>(
             response
         });
     let (io, preface) = PrefaceWatch::new(io);
-    let connection = hyper::server::conn::http2::Builder::new(HyperExecutor(settings.rt.clone()))
-        .timer(HyperTimer::new(settings.rt.clone()))
-        .serve_connection(HyperIo::new(io), handler);
+    let mut builder = hyper::server::conn::http2::Builder::new(HyperExecutor(settings.rt.clone()));
+    builder.timer(HyperTimer::new(settings.rt.clone()));
+    if let Some(keepalive) = settings.keepalive {
+        builder
+            .keep_alive_interval(keepalive.interval)
+            .keep_alive_timeout(keepalive.timeout);
+    }
+    let connection = builder.serve_connection(HyperIo::new(io), handler);
     let mut connection = std::pin::pin!(connection);
     let expired = std::pin::pin!(deadline.expired_before(&settings.rt, &preface));
     match select(connection.as_mut(), select(drained, expired)).await {

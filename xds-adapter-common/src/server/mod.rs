@@ -72,7 +72,13 @@ impl<B> ServedBody for B where
 
 use self::connection::{ConnectionSettings, serve_connection};
 use crate::security::CertificateProviders;
+use crate::transport::KeepaliveSettings;
 use crate::{Client, Error, RawWatchStream, Runtime};
+
+/// gRPC's default time without a frame from a client after which a server sends a
+/// keepalive PING (gRPC-Go's `keepalive.ServerParameters.Time`, C-core's server
+/// `GRPC_ARG_KEEPALIVE_TIME_MS`).
+pub const DEFAULT_SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// A36's default drain grace time for connections of a replaced listener.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(600);
@@ -158,6 +164,7 @@ pub struct XdsServerBuilder<R: Runtime> {
     providers: Option<CertificateProviders>,
     drain_grace: Duration,
     handshake_timeout: Duration,
+    keepalive: Option<KeepaliveSettings>,
     on_mode: Option<ServingModeCallback>,
     hook: Option<Arc<dyn ServerRpcHook>>,
     audit: Option<Arc<dyn AuditSink>>,
@@ -172,6 +179,10 @@ impl<R: Runtime> XdsServerBuilder<R> {
             providers: None,
             drain_grace: DEFAULT_DRAIN_GRACE,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            keepalive: Some(KeepaliveSettings {
+                interval: DEFAULT_SERVER_KEEPALIVE_INTERVAL,
+                timeout: crate::transport::DEFAULT_KEEPALIVE_TIMEOUT,
+            }),
             on_mode: None,
             hook: None,
             audit: None,
@@ -199,6 +210,17 @@ impl<R: Runtime> XdsServerBuilder<R> {
     /// [`DEFAULT_HANDSHAKE_TIMEOUT`] (120 s, as gRPC-Go and C-core).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// HTTP/2 keepalive on the server's connections: a PING once `interval` has passed
+    /// without a frame from the client, the connection closed when its ACK has not come
+    /// `timeout` later, so a client that vanished without a FIN (its host gone, a
+    /// middlebox's state dropped) does not hold the connection for good. Default every
+    /// [`DEFAULT_SERVER_KEEPALIVE_INTERVAL`] (2 hours) with a 20 s timeout, gRPC-Go's
+    /// and C-core's server defaults; `None` turns it off.
+    pub fn keepalive(mut self, keepalive: Option<KeepaliveSettings>) -> Self {
+        self.keepalive = keepalive;
         self
     }
 
@@ -288,6 +310,7 @@ impl<R: Runtime> XdsServerBuilder<R> {
                 .unwrap_or_else(|| Arc::new(StdoutAuditLogger::stdout())),
             drain_grace: self.drain_grace,
             handshake_timeout: self.handshake_timeout,
+            keepalive: self.keepalive,
         });
         rt.spawn(Box::pin(accept_loop(
             rt.clone(),
