@@ -180,7 +180,7 @@
 //! | A51 | ORCA backend metrics | implemented | [`orca`] decodes reports bounded; the adapters read the per-call trailer, run out-of-band streams and give servers the recorders |
 //! | A52 | custom LB policies | implemented | [`resource::cluster::LbPolicyRegistry`], `XdsClientConfig::lb_policies`; the built-in policies go through it |
 //! | A53 | `ignore_resource_deletion` | accepted, not acted on | superseded by A88: deletions never drop a cached value unless `fail_on_data_errors` |
-//! | A55, A60 | stateful session affinity | implemented | [`filter::stateful_session`], [`lb::PickArgs::override_host`], CDS `override_host_status`; DRAINING hosts are not kept for sessions |
+//! | A55, A60 | stateful session affinity | implemented | [`filter::stateful_session`], [`lb::PickArgs::override_host`], CDS `override_host_status`; DRAINING hosts are kept for sessions (never for the policies) when it allows them |
 //! | A56 | the priority policy | implemented | [`lb`] |
 //! | A57 | failure modes: backoff, does-not-exist timer | implemented | [`client`] |
 //! | A58 | weighted round robin | implemented | [`lb`]: weights from ORCA reports, blackout, expiration; A100's slow start not yet |

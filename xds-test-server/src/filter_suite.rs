@@ -19,6 +19,7 @@ use xds_proto_core::filter::fault::{ABORT_GRPC_HEADER, ABORT_MESSAGE, Fraction};
 use xds_proto_core::pb::envoy::config::route::v3 as route_pb;
 use xds_proto_core::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use xds_proto_core::pb::envoy::r#type::matcher::v3 as matcher;
+use xds_proto_core::pb::google::protobuf::Any;
 use xds_proto_core::resource::type_url;
 use xds_proto_core::selector::Seeded;
 
@@ -27,9 +28,10 @@ use crate::echo::{
     EchoBackend, EchoReply, EchoRequest, call_echo, call_echo_response, echo_request,
 };
 use crate::resources::{
-    any, cluster_action, cluster_msg, endpoints, fault_abort, fault_any, fault_delay, fault_filter,
-    fault_from_headers, forward, hcm_rds_with_filters, header, listener_of, per_million, prefix,
-    rc_any, route_config_of, stateful_session_filter, string_match, vhost, with_header,
+    Host, Locality, any, cluster_action, cluster_msg, endpoints, endpoints_with, fault_abort,
+    fault_any, fault_delay, fault_filter, fault_from_headers, forward, hcm_rds_with_filters,
+    header, listener_of, per_million, prefix, rc_any, route_config_of, stateful_session_filter,
+    string_match, vhost, with_header,
 };
 use crate::suite::within;
 
@@ -257,8 +259,44 @@ const SESSION_LISTENER: &str = "sessions.example.com";
 const SESSION_ROUTES: &str = "session-routes";
 const COOKIE: &str = "grpc-session";
 
-/// Two backends in cluster `pinned` (round robin) behind a listener whose stateful
-/// session filter uses cookie `grpc-session` on every path.
+/// Cluster `pinned` (round robin) whose `override_host_status` is UNKNOWN, HEALTHY and,
+/// when `draining`, DRAINING (A55).
+fn session_cluster(draining: bool) -> Any {
+    use xds_proto_core::pb::envoy::config::cluster::v3 as cluster_pb;
+    use xds_proto_core::pb::envoy::config::core::v3::{HealthStatus, HealthStatusSet};
+    let mut statuses = vec![HealthStatus::Unknown as i32, HealthStatus::Healthy as i32];
+    if draining {
+        statuses.push(HealthStatus::Draining as i32);
+    }
+    let mut cluster = cluster_msg("pinned", 1024);
+    cluster.common_lb_config = Some(cluster_pb::cluster::CommonLbConfig {
+        override_host_status: Some(HealthStatusSet { statuses }),
+        ..Default::default()
+    });
+    any(type_url::CLUSTER, &cluster)
+}
+
+/// The endpoints of `pinned`: both backends, the one on `draining` DRAINING.
+fn session_endpoints(backends: &[EchoBackend; 2], draining: Option<u16>) -> Vec<Any> {
+    use xds_proto_core::pb::envoy::config::core::v3::HealthStatus;
+    let hosts = (backends.iter())
+        .map(|b| {
+            let mut host = Host::healthy(u32::from(b.port()));
+            if draining == Some(b.port()) {
+                host.health = HealthStatus::Draining;
+            }
+            host
+        })
+        .collect();
+    vec![endpoints_with(
+        "pinned",
+        &[Locality::new("r1", "z1", hosts)],
+    )]
+}
+
+/// Two backends in cluster `pinned` (round robin, DRAINING hosts allowed for sessions)
+/// behind a listener whose stateful session filter uses cookie `grpc-session` on every
+/// path.
 fn start_sessions() -> (LoopbackServer, [EchoBackend; 2]) {
     let backends = ["pinned-1", "pinned-2"].map(EchoBackend::start);
     let server = LoopbackServer::start();
@@ -285,18 +323,19 @@ fn start_sessions() -> (LoopbackServer, [EchoBackend; 2]) {
             vec![vhost("sessions", &[SESSION_LISTENER], routes)],
         ))],
     );
-    server.set_resources(
-        type_url::CLUSTER,
-        "1",
-        vec![any(type_url::CLUSTER, &cluster_msg("pinned", 1024))],
-    );
-    let ports = backends.each_ref().map(|b| u32::from(b.port()));
+    server.set_resources(type_url::CLUSTER, "1", vec![session_cluster(true)]);
     server.set_resources(
         type_url::CLUSTER_LOAD_ASSIGNMENT,
         "1",
-        vec![endpoints("pinned", &ports)],
+        session_endpoints(&backends, None),
     );
     (server, backends)
+}
+
+/// The port of the backend named `name`.
+fn pinned_port(backends: &[EchoBackend; 2], name: &str) -> u16 {
+    let backend = backends.iter().find(|b| b.name() == name);
+    backend.expect("a backend of the cluster").port()
 }
 
 /// The cookie's `name=value` from a response's `set-cookie`, if any.
@@ -328,11 +367,55 @@ pub struct SessionFigures {
     pub pinned: (String, u32, u32),
     /// Backends RPCs without a cookie reached.
     pub without_cookie: Vec<String>,
+    /// Once the pinned backend is DRAINING: how many RPCs with its cookie it served
+    /// (of how many), and the backends RPCs without a cookie reached.
+    pub draining: (u32, u32),
+    /// The same once `override_host_status` leaves DRAINING out.
+    pub draining_disallowed: (u32, u32),
+}
+
+/// Sends RPCs without a cookie until `n` in a row avoid `backend` (an update that
+/// took it out of round robin applied); how many were sent.
+async fn until_avoided<R: Runtime>(channel: &XdsChannel<R>, backend: &str, n: u32) -> u32 {
+    let (mut sent, mut in_a_row) = (0, 0);
+    while in_a_row < n {
+        let response = session_call(channel, None).await;
+        in_a_row = if response.get_ref().backend == backend {
+            0
+        } else {
+            in_a_row + 1
+        };
+        sent += 1;
+        assert!(
+            sent < 10_000,
+            "the update taking {backend} out never applied"
+        );
+    }
+    sent
+}
+
+/// How many of `n` RPCs with `cookie` reached `backend`.
+async fn served_by<R: Runtime>(
+    channel: &XdsChannel<R>,
+    cookie: &str,
+    backend: &str,
+    n: u32,
+) -> u32 {
+    let mut served = 0;
+    for _ in 0..n {
+        if session_call(channel, Some(cookie)).await.get_ref().backend == backend {
+            served += 1;
+        }
+    }
+    served
 }
 
 /// The first response sets the cookie; RPCs carrying it all reach its backend (with
 /// no new cookie), while RPCs without it get a cookie each; a cookie naming the other
-/// backend moves the session there, and an invalid one gets a fresh cookie.
+/// backend moves the session there, and an invalid one gets a fresh cookie. When the
+/// pinned backend turns DRAINING (allowed by `override_host_status`), RPCs with its
+/// cookie still reach it and RPCs without never do; once the cluster's
+/// `override_host_status` leaves DRAINING out, the cookie's RPCs go elsewhere.
 pub async fn session_scenarios<R: Runtime>() -> SessionFigures {
     let rt = R::current().expect("a runtime");
     let (server, backends) = start_sessions();
@@ -390,6 +473,40 @@ pub async fn session_scenarios<R: Runtime>() -> SessionFigures {
             // An invalid cookie is ignored: a fresh one is set.
             let response = session_call(&channel, Some(&format!("{COOKIE}=not-base64!"))).await;
             assert!(set_cookie(&response).is_some());
+            // A55: the pinned backend drains; its sessions stay, new RPCs avoid it.
+            server.set_resources(
+                type_url::CLUSTER_LOAD_ASSIGNMENT,
+                "2",
+                session_endpoints(&backends, Some(pinned_port(&backends, &pinned))),
+            );
+            until_avoided(&channel, &pinned, 8).await;
+            figures.draining = (served_by(&channel, &cookie, &pinned, 20).await, 20);
+            assert_eq!(
+                figures.draining.0, 20,
+                "the cookie's RPCs reach DRAINING {pinned}"
+            );
+            for _ in 0..10 {
+                let response = session_call(&channel, None).await;
+                assert_ne!(
+                    response.get_ref().backend,
+                    pinned,
+                    "no cookie: never DRAINING"
+                );
+            }
+            // Without DRAINING in override_host_status the session moves.
+            server.set_resources(type_url::CLUSTER, "2", vec![session_cluster(false)]);
+            let mut moved = 0;
+            while session_call(&channel, Some(&cookie))
+                .await
+                .get_ref()
+                .backend
+                == pinned
+            {
+                moved += 1;
+                assert!(moved < 10_000, "the cluster update never applied");
+            }
+            figures.draining_disallowed = (served_by(&channel, &cookie, &pinned, 20).await, 20);
+            assert_eq!(figures.draining_disallowed.0, 0, "DRAINING is not allowed");
         },
     )
     .await;

@@ -17,6 +17,7 @@
 mod balancer;
 mod body;
 mod call;
+mod connections;
 mod orca;
 mod retry;
 mod security;

@@ -27,7 +27,8 @@ use xds_proto_core::orca::{self, MAX_REPORT_BYTES, OrcaLoadReport};
 use xds_proto_core::pb::xds::data::orca::v3 as orca_pb;
 use xds_proto_core::pb::xds::service::orca::v3::OrcaLoadReportRequest;
 
-use super::balancer::{Attempt, Shared};
+use super::balancer::Shared;
+use super::connections::Attempt;
 use crate::runtime::{BoxFuture, Runtime};
 use crate::transport::{Connection, H2Service};
 

@@ -21,7 +21,8 @@ use std::sync::{Arc, Weak};
 use xds_proto_core::lb::{ConnectivityState, SubchannelId};
 use xds_proto_core::{Code, Status};
 
-use super::balancer::{Attempt, Shared};
+use super::balancer::Shared;
+use super::connections::Attempt;
 use super::security::{EndpointCredentials, EndpointSecurity};
 use crate::runtime::{BoxFuture, Runtime};
 use crate::security::{self, FallbackCredentials};

@@ -104,7 +104,9 @@ pub struct PickArgs {
     /// picked when it is an endpoint of the cluster's priority in use whose health the
     /// cluster's `override_host_status` allows: at once when READY, after a connection
     /// attempt when IDLE, the pick queued while it is CONNECTING; otherwise (unknown,
-    /// disallowed, TRANSIENT_FAILURE) the policy picks as usual. `None`: no session.
+    /// disallowed, TRANSIENT_FAILURE) the policy picks as usual. A DRAINING endpoint
+    /// is only ever picked this way, and only when the set includes DRAINING.
+    /// `None`: no session.
     pub override_host: Option<SocketAddr>,
 }
 

@@ -6,7 +6,8 @@
 //! endpoint weights its policies share (fed by ORCA reports) and their update timer.
 //!
 //! The cluster holds a pool reference on every address it lists (usable endpoints of
-//! every priority), so a subchannel lives exactly as long as some cluster names it.
+//! every priority, and DRAINING ones when `override_host_status` allows them for A55's
+//! sessions), so a subchannel lives exactly as long as some cluster names it.
 //! A cluster starts (creates its first priority and connects) at its first pick, or
 //! when an aggregate cluster fails over to it.
 
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::api::{CallToken, ConnectivityState, Pick, PickArgs, SubchannelId};
-use super::layout::{Layout, LocalitySpec, PriorityChild, build_specs};
+use super::layout::{Layout, LocalitySpec, PriorityChild, build_specs, draining_subchannels};
 use super::outlier::{EjectionChange, OutlierDetector};
 use super::policy::{Ctx, PickRng, Picked};
 use super::priority::{Choice, Failover};
@@ -49,6 +50,8 @@ pub(super) struct LeafCluster {
     breaker_status: Arc<Status>,
     failure_status: Arc<Status>,
     priorities: Vec<Vec<LocalitySpec>>,
+    /// Per priority, the DRAINING endpoints' subchannels kept for override hosts.
+    draining: Vec<Vec<SubchannelId>>,
     children: Vec<Option<PriorityChild>>,
     failover: Failover,
     failover_timeout: Duration,
@@ -83,6 +86,7 @@ impl LeafCluster {
             drops: Vec::new(),
             in_flight: 0,
             priorities: Vec::new(),
+            draining: Vec::new(),
             children: Vec::new(),
             failover: Failover::new(0, failover_timeout),
             failover_timeout,
@@ -141,12 +145,11 @@ impl LeafCluster {
         // New references first, so that addresses still listed keep their subchannel.
         let old = std::mem::take(&mut self.subchannels);
         self.priorities = build_specs(pool, &source, &self.layout);
-        self.subchannels = self
-            .priorities
-            .iter()
-            .flatten()
+        self.draining = draining_subchannels(pool, &source, resource.override_host_status);
+        self.subchannels = (self.priorities.iter().flatten())
             .flat_map(|l| &l.endpoints)
             .flat_map(|e| e.subchannels.iter().copied())
+            .chain(self.draining.iter().flatten().copied())
             .collect();
         self.subchannels.sort_unstable();
         for id in old {
@@ -295,12 +298,14 @@ impl LeafCluster {
         }
     }
 
-    /// Tells the pool that priority `i` started or stopped using its subchannels: one
-    /// no started priority uses keeps its connection for the retention time only.
+    /// Tells the pool that priority `i` started or stopped using its subchannels (its
+    /// DRAINING ones too, which A55 keeps connected for sessions): one no started
+    /// priority uses keeps its connection for the retention time only.
     fn set_active(&self, now: Instant, pool: &mut SubchannelPool, i: usize, active: bool) {
         let ids = (self.priorities[i].iter())
             .flat_map(|l| &l.endpoints)
-            .flat_map(|e| e.subchannels.iter().copied());
+            .flat_map(|e| e.subchannels.iter().copied())
+            .chain(self.draining.get(i).into_iter().flatten().copied());
         for id in ids {
             if active {
                 pool.activate(id);
@@ -465,7 +470,8 @@ impl LeafCluster {
 
     /// A55's override host: when `host` is an endpoint (or one of its addresses) of
     /// the priority in use, with a health status the cluster's `override_host_status`
-    /// allows, and the cluster holds its subchannel: that subchannel when READY; queue
+    /// allows, and the cluster holds its subchannel (a DRAINING endpoint's only when
+    /// that status allows DRAINING): that subchannel when READY; queue
     /// while it connects (an IDLE one is asked to connect first). `None`: the policy
     /// picks as usual (the host is unknown, disallowed, or in TRANSIENT_FAILURE).
     fn override_host(

@@ -4,14 +4,17 @@
 //! `least_request`, `pick_first`, a custom policy (A52) and a bare client-side weighted
 //! round robin (A58, normally under `wrr_locality`) run one policy over every endpoint
 //! of the priority, each endpoint weighted by locality weight × endpoint weight. Only
-//! endpoints whose health is UNKNOWN or HEALTHY are used.
+//! endpoints whose health is UNKNOWN or HEALTHY are given to the policies; DRAINING
+//! ones are kept aside for A55's override host when the cluster's
+//! `override_host_status` allows them ([`draining_subchannels`]).
 
 use super::api::{ConnectivityState, SubchannelId};
 use super::cluster::Source;
 use super::locality::Localities;
 use super::policy::{Ctx, EndpointPolicy, EndpointSpec, PickRng, Picked, PolicyKind};
 use super::subchannel::SubchannelPool;
-use crate::resource::cluster::{LbPolicy, MAX_CHOICE_COUNT};
+use crate::resource::cluster::{LbPolicy, MAX_CHOICE_COUNT, OverrideHostStatus};
+use crate::resource::endpoint::HealthStatus;
 
 #[derive(Clone, Debug)]
 pub(super) struct Layout {
@@ -122,6 +125,37 @@ pub(super) fn build_specs(
         }]],
         Source::Eds(Err(_)) | Source::Dns(_) => Vec::new(),
     }
+}
+
+/// A55: the subchannels of each priority's DRAINING endpoints (every address of
+/// each, one reference taken per address) when `allowed` includes DRAINING, else
+/// none. No endpoint policy sees them, so they are never picked but for an override
+/// host and never count for failover; the cluster holds them (and keeps their
+/// connections while their priority is in use) until an update drops the endpoint
+/// or DRAINING from `allowed`.
+pub(super) fn draining_subchannels(
+    pool: &mut SubchannelPool,
+    source: &Source,
+    allowed: OverrideHostStatus,
+) -> Vec<Vec<SubchannelId>> {
+    let Source::Eds(Ok(endpoints)) = source else {
+        return Vec::new();
+    };
+    if !allowed.contains(HealthStatus::Draining) {
+        return Vec::new();
+    }
+    (endpoints.priorities.iter())
+        .map(|priority| {
+            (priority.localities.iter())
+                .flat_map(|l| &l.endpoints)
+                .filter(|e| e.health_status == HealthStatus::Draining)
+                .flat_map(|e| {
+                    std::iter::once(e.address).chain(e.additional_addresses.iter().copied())
+                })
+                .map(|address| pool.acquire(address))
+                .collect()
+        })
+        .collect()
 }
 
 /// The policy of one priority.
