@@ -5,7 +5,6 @@
 //! `weighted_round_robin` and an embedder's custom policies (A52).
 
 use std::net::SocketAddr;
-
 use std::sync::Arc;
 
 use super::api::{ConnectivityState, SubchannelId};
@@ -18,6 +17,7 @@ use super::round_robin::RoundRobin;
 use super::subchannel::SubchannelPool;
 use super::wrr::WeightedRoundRobin;
 use super::wrr_weights::EndpointWeights;
+use crate::selector::Seeded;
 use crate::time::Instant;
 
 /// What a policy acts through: the pool (states, connection requests, the load
@@ -66,20 +66,17 @@ impl Ctx<'_> {
 }
 
 /// The random stream of one pick, grown from [`PickArgs::random`](super::PickArgs) by
-/// splitmix64 steps: cheap, and every use gets its own well-mixed value.
-pub(super) struct PickRng(u64);
+/// splitmix64 steps (the selector's [`Seeded`] stream): cheap, and every use gets its
+/// own well-mixed value.
+pub(super) struct PickRng(Seeded);
 
 impl PickRng {
     pub(super) fn new(seed: u64) -> PickRng {
-        PickRng(seed)
+        PickRng(Seeded(seed))
     }
 
     pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A uniform value below `n` (> 0), by multiply-shift (no division).
