@@ -930,6 +930,63 @@ fn selection_agrees_with_the_normalized_reference() {
         .quickcheck(prop as fn(Case) -> TestResult);
 }
 
+/// The Listener message of a case, to go through validation.
+fn to_proto(case: &Case) -> listener_pb::Listener {
+    let cidrs = |v: &[(IpAddr, u8)]| {
+        v.iter()
+            .map(|(a, l)| cidr(&a.to_string(), u32::from(*l)))
+            .collect()
+    };
+    let strings = |on: bool, s: &str| if on { vec![s.to_owned()] } else { vec![] };
+    let chains = case
+        .chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let m = listener_pb::FilterChainMatch {
+                prefix_ranges: cidrs(&c.dst),
+                transport_protocol: c.transport.into(),
+                source_type: i32::from(c.source_type),
+                source_prefix_ranges: cidrs(&c.src),
+                source_ports: c.ports.iter().map(|p| u32::from(*p)).collect(),
+                server_names: strings(c.server_name, "s"),
+                application_protocols: strings(c.alpn, "h2"),
+                ..Default::default()
+            };
+            chain(&format!("c{i}"), Some(m))
+        })
+        .collect();
+    let mut l = listener_with(chains);
+    l.default_filter_chain = case.has_default.then(|| chain("default", None));
+    l
+}
+
+/// What validation accepts has one most specific chain for every connection: no two
+/// chains share a normalized matcher that gRPC keeps, and selection agrees with the
+/// reference.
+#[test]
+fn accepted_listeners_select_one_chain() {
+    fn prop(case: Case) -> TestResult {
+        let Ok(listener) = decode(&to_proto(&case)) else {
+            return TestResult::discard();
+        };
+        if has_duplicates(&case) {
+            return TestResult::error(format!("accepted with duplicates: {case:?}"));
+        }
+        let addrs = ConnectionAddrs {
+            local: case.local,
+            peer: case.peer,
+        };
+        let got = select_filter_chain(&listener, addrs).map(|c| c.name.clone());
+        TestResult::from_bool(got == reference(&case))
+    }
+    QuickCheck::new()
+        .tests(1000)
+        .min_tests_passed(300)
+        .max_tests(30_000)
+        .quickcheck(prop as fn(Case) -> TestResult);
+}
+
 // ----- routing ---------------------------------------------------------------------------
 
 #[test]
