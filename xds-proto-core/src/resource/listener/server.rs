@@ -2,9 +2,9 @@
 //! its listening address, validated into a [`ServerListener`].
 //!
 //! This module owns A36's validation: the TCP `address`, no `listener_filters`, no
-//! `use_original_dst`, at least one chain that can match or a `default_filter_chain`, in each
-//! chain exactly one network filter, the `HttpConnectionManager` (its HTTP filters
-//! checked for the server side, routes inline or over RDS), the chain's
+//! `use_original_dst`, at least one chain that can match or a `default_filter_chain`,
+//! in each chain exactly one network filter, the `HttpConnectionManager` (its HTTP
+//! filters checked for the server side, routes inline or over RDS), the chain's
 //! `DownstreamTlsContext` (A29), and every `FilterChainMatch` field normalized
 //! ([`FilterChainMatch`]). The duplicate check is gRPC-Go's and C-core's, not A36's
 //! literal text: chains that can never match are pruned first, then two chains whose
