@@ -157,7 +157,7 @@ fn listener_level_rules_are_nacked_with_their_field() {
 
     assert_eq!(
         nack(&listener_with(vec![])),
-        "filter_chains: no filter chain and no default_filter_chain"
+        "filter_chains: no supported filter chains and no default filter chain"
     );
 
     let mut udp = listener_with(vec![chain("a", None)]);
@@ -370,7 +370,8 @@ fn duplicate_matchers_after_normalization_are_nacked() {
         prefix_ranges: prefixes,
         ..Default::default()
     };
-    let dup = "filter_chains[1].filter_chain_match: duplicate matcher: overlaps filter_chains[0]";
+    let dup = "filter_chains[1].filter_chain_match: multiple filter chains with overlapping \
+               matching rules are defined (overlaps filter_chains[0])";
     // Two chains without a match.
     assert_eq!(
         nack(&listener_with(vec![chain("a", None), chain("b", None)])),
@@ -402,21 +403,15 @@ fn duplicate_matchers_after_normalization_are_nacked() {
         ]))
         .is_ok()
     );
-    // Matchers that can never match still take part (A36).
+    // Matchers that can never match are pruned first, as gRPC-Go and C-core do (more
+    // cases, ported from gRPC-Go, in server_filter_chains.rs).
     let server_names = |names: &[&str]| listener_pb::FilterChainMatch {
         server_names: names.iter().map(|s| s.to_string()).collect(),
         ..Default::default()
     };
-    assert_eq!(
-        nack(&listener_with(vec![
-            chain("a", Some(server_names(&["x", "y"]))),
-            chain("b", Some(server_names(&["y"]))),
-        ])),
-        dup
-    );
     assert!(
         decode(&listener_with(vec![
-            chain("a", Some(server_names(&["x"]))),
+            chain("a", Some(server_names(&["x", "y"]))),
             chain("b", Some(server_names(&["y"]))),
             chain("c", None),
         ]))
@@ -589,10 +584,11 @@ fn the_most_specific_chain_wins_stage_by_stage_without_going_back() {
         picked(&l, conn("10.5.0.1:8080", "10.9.9.9:2000")),
         Some("dst/8")
     );
-    // A chain that can never match is pruned.
+    // A chain that can never match still takes its destination, then fails (gRPC-Go,
+    // C-core, Envoy): the default chain.
     assert_eq!(
         picked(&l, conn("10.2.0.1:8080", "10.9.9.9:2000")),
-        Some("dst/8")
+        Some("default")
     );
     assert_eq!(
         picked(&l, conn("127.0.0.1:8080", "127.0.0.1:5555")),
@@ -667,6 +663,7 @@ struct RefChain {
     src: Vec<(IpAddr, u8)>,
     ports: Vec<u16>,
     server_name: bool,
+    alpn: bool,
 }
 
 const RANGES: &[(&str, u8)] = &[
@@ -716,9 +713,10 @@ impl Arbitrary for Case {
                 source_type: pick(g, &[0u8, 0, 1, 2]),
                 src: ranges(g),
                 ports: (0..pick(g, &[0usize, 0, 1, 2]))
-                    .map(|_| pick(g, &[1000u16, 2000]))
+                    .map(|_| pick(g, &[1000u16, 2000, 1000, 0]))
                     .collect(),
                 server_name: pick(g, &[false, false, false, true]),
+                alpn: pick(g, &[false, false, false, true]),
             })
             .collect();
         let ip = |g: &mut Gen| -> IpAddr { pick(g, IPS).parse().unwrap() };
@@ -762,7 +760,7 @@ fn in_range(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
     v4 == net_v4 && a & mask == b & mask
 }
 
-fn tuples(case: &Case, matchable_only: bool) -> Vec<Tuple> {
+fn tuples(case: &Case) -> Vec<Tuple> {
     let opt = |v: &[(IpAddr, u8)]| -> Vec<Option<(IpAddr, u8)>> {
         if v.is_empty() {
             vec![None]
@@ -772,9 +770,6 @@ fn tuples(case: &Case, matchable_only: bool) -> Vec<Tuple> {
     };
     let mut out = Vec::new();
     for (i, c) in case.chains.iter().enumerate() {
-        if matchable_only && (c.server_name || c.transport == "tls") {
-            continue;
-        }
         let ports: Vec<Option<u16>> = if c.ports.is_empty() {
             vec![None]
         } else {
@@ -797,16 +792,26 @@ fn normalize((ip, len): (IpAddr, u8)) -> (IpAddr, u8) {
     (ip, len)
 }
 
-/// Whether two chains share a normalized matcher (server names count as one value).
+/// Whether two chains share a normalized matcher among those gRPC keeps: not of a chain
+/// with server names, application protocols or `tls`, nor unset under a destination
+/// where a `raw_buffer` chain (without server names) is. Port 0 is "any port".
 fn has_duplicates(case: &Case) -> bool {
-    let all = tuples(case, false);
-    all.iter().any(|a| {
-        all.iter().any(|b| {
-            a.0 != b.0
-                && (a.1, a.2, a.3, a.4, a.5) == (b.1, b.2, b.3, b.4, b.5)
-                && case.chains[a.0].server_name == case.chains[b.0].server_name
+    let all = tuples(case);
+    let raw_buffer_at = |d: Option<(IpAddr, u8)>| {
+        all.iter()
+            .any(|u| u.1 == d && u.2 == "raw_buffer" && !case.chains[u.0].server_name)
+    };
+    let kept: Vec<&Tuple> = all
+        .iter()
+        .filter(|t| {
+            let c = &case.chains[t.0];
+            let shadowed = t.2.is_empty() && raw_buffer_at(t.1);
+            !(c.server_name || c.alpn || t.2 == "tls" || shadowed)
         })
-    })
+        .collect();
+    let key = |t: &Tuple| (t.1, t.3, t.4, t.5.filter(|&p| p != 0));
+    kept.iter()
+        .any(|a| kept.iter().any(|b| a.0 != b.0 && key(a) == key(b)))
 }
 
 /// The reference: narrow the normalized matchers field by field.
@@ -822,8 +827,19 @@ fn reference(case: &Case) -> Option<String> {
             .collect()
     };
     let (local, peer) = (case.local.ip(), case.peer.ip());
-    let ts = keep_max(tuples(case, true), &|t| rank(t.1, local));
-    let ts = keep_max(ts, &|t| Some(i32::from(t.2 == "raw_buffer")));
+    // Every chain takes part in the destination stage, then the fields a connection
+    // cannot match (no SNI, transport `raw_buffer`, no ALPN) narrow the survivors.
+    let ts = keep_max(tuples(case), &|t| rank(t.1, local));
+    let ts: Vec<Tuple> = ts
+        .into_iter()
+        .filter(|t| !case.chains[t.0].server_name)
+        .collect();
+    let ts = keep_max(ts, &|t| match t.2 {
+        "raw_buffer" => Some(1),
+        "" => Some(0),
+        _ => None,
+    });
+    let ts: Vec<Tuple> = ts.into_iter().filter(|t| !case.chains[t.0].alpn).collect();
     let peer_c = peer.to_canonical();
     let own = if peer_c.is_loopback() || peer_c == local.to_canonical() {
         1
@@ -840,7 +856,9 @@ fn reference(case: &Case) -> Option<String> {
     let ts: Vec<Tuple> = if ts.iter().any(|t| t.5 == Some(port)) {
         ts.into_iter().filter(|t| t.5 == Some(port)).collect()
     } else {
-        ts.into_iter().filter(|t| t.5.is_none()).collect()
+        ts.into_iter()
+            .filter(|t| t.5.is_none() || t.5 == Some(0))
+            .collect()
     };
     match ts.first() {
         Some(t) => Some(format!("c{}", t.0)),
@@ -879,6 +897,7 @@ fn to_listener(case: &Case) -> ServerListener {
                         } else {
                             vec![]
                         },
+                        application_protocols: if c.alpn { vec!["h2".into()] } else { vec![] },
                         ..Default::default()
                     },
                 )
@@ -907,6 +926,63 @@ fn selection_agrees_with_the_normalized_reference() {
     QuickCheck::new()
         .tests(3000)
         .min_tests_passed(1000)
+        .max_tests(30_000)
+        .quickcheck(prop as fn(Case) -> TestResult);
+}
+
+/// The Listener message of a case, to go through validation.
+fn to_proto(case: &Case) -> listener_pb::Listener {
+    let cidrs = |v: &[(IpAddr, u8)]| {
+        v.iter()
+            .map(|(a, l)| cidr(&a.to_string(), u32::from(*l)))
+            .collect()
+    };
+    let strings = |on: bool, s: &str| if on { vec![s.to_owned()] } else { vec![] };
+    let chains = case
+        .chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let m = listener_pb::FilterChainMatch {
+                prefix_ranges: cidrs(&c.dst),
+                transport_protocol: c.transport.into(),
+                source_type: i32::from(c.source_type),
+                source_prefix_ranges: cidrs(&c.src),
+                source_ports: c.ports.iter().map(|p| u32::from(*p)).collect(),
+                server_names: strings(c.server_name, "s"),
+                application_protocols: strings(c.alpn, "h2"),
+                ..Default::default()
+            };
+            chain(&format!("c{i}"), Some(m))
+        })
+        .collect();
+    let mut l = listener_with(chains);
+    l.default_filter_chain = case.has_default.then(|| chain("default", None));
+    l
+}
+
+/// What validation accepts has one most specific chain for every connection: no two
+/// chains share a normalized matcher that gRPC keeps, and selection agrees with the
+/// reference.
+#[test]
+fn accepted_listeners_select_one_chain() {
+    fn prop(case: Case) -> TestResult {
+        let Ok(listener) = decode(&to_proto(&case)) else {
+            return TestResult::discard();
+        };
+        if has_duplicates(&case) {
+            return TestResult::error(format!("accepted with duplicates: {case:?}"));
+        }
+        let addrs = ConnectionAddrs {
+            local: case.local,
+            peer: case.peer,
+        };
+        let got = select_filter_chain(&listener, addrs).map(|c| c.name.clone());
+        TestResult::from_bool(got == reference(&case))
+    }
+    QuickCheck::new()
+        .tests(1000)
+        .min_tests_passed(300)
         .max_tests(30_000)
         .quickcheck(prop as fn(Case) -> TestResult);
 }

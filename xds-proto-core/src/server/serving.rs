@@ -152,10 +152,11 @@ impl ServingConfig {
     }
 
     /// What will make RPCs fail (A36's "configuration error logging"): failed RDS
-    /// resources and routes whose action is not `non_forwarding_action`.
+    /// resources and routes whose action is not `non_forwarding_action`, on the chains
+    /// a connection can select (the others' routes are never asked for).
     pub fn config_errors(&self) -> Vec<String> {
         let mut errors = Vec::new();
-        for chain in self.listener.chains() {
+        for chain in self.listener.selectable_chains() {
             match self.routes_for(chain) {
                 Err(e) => errors.push(format!("filter chain {:?}: {e}", chain.name)),
                 Ok(routes) => {

@@ -2,18 +2,19 @@
 //! its listening address, validated into a [`ServerListener`].
 //!
 //! This module owns A36's validation: the TCP `address`, no `listener_filters`, no
-//! `use_original_dst`, at least one filter chain or a `default_filter_chain`, in each
-//! chain exactly one network filter, the `HttpConnectionManager` (its HTTP filters
-//! checked for the server side, routes inline or over RDS), the chain's
+//! `use_original_dst`, at least one chain that can match or a `default_filter_chain`,
+//! in each chain exactly one network filter, the `HttpConnectionManager` (its HTTP
+//! filters checked for the server side, routes inline or over RDS), the chain's
 //! `DownstreamTlsContext` (A29), and every `FilterChainMatch` field normalized
-//! ([`FilterChainMatch`]). Matchers that depend on features gRPC lacks
-//! (`destination_port`, `server_names`, a `transport_protocol` other than
-//! `raw_buffer`, `application_protocols`) make their chain never match, and still take
-//! part in the duplicate check, which NACKs two chains whose normalized matchers (the
-//! Cartesian product of their present fields, A36) overlap. Choosing a chain for a
-//! connection is [`crate::server::select_filter_chain`].
+//! ([`FilterChainMatch`]). The duplicate check is gRPC-Go's and C-core's, not A36's
+//! literal text: chains that can never match are pruned first, then two chains whose
+//! normalized matchers (the Cartesian product of their present fields, A36) overlap
+//! NACK the listener, as does a listener left with no chain and no default chain
+//! (`chain_map`). Choosing a chain for a connection is
+//! [`crate::server::select_filter_chain`].
 
-use std::collections::HashMap;
+mod chain_map;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::{HttpConnectionManager, HttpSide, parse_hcm_any};
@@ -64,10 +65,25 @@ impl ServerListener {
             .chain(self.default_filter_chain.as_deref())
     }
 
-    /// The RDS names the chains' connection managers refer to, sorted, without repeats.
+    /// The chains some connection can select (in order), then the default chain: the
+    /// chains the duplicate check keeps (gRPC-Go builds and watches only these).
+    pub fn selectable_chains(&self) -> impl Iterator<Item = &FilterChain> {
+        // A listener built by hand may hold duplicates: then every chain counts.
+        let selectable = chain_map::ChainMap::build(&self.filter_chains)
+            .map(|map| map.selectable(self.filter_chains.len()))
+            .unwrap_or_else(|_| vec![true; self.filter_chains.len()]);
+        self.filter_chains
+            .iter()
+            .zip(selectable)
+            .filter_map(|(chain, selectable)| selectable.then_some(chain))
+            .chain(self.default_filter_chain.as_deref())
+    }
+
+    /// The RDS names the selectable chains' connection managers refer to (a chain no
+    /// connection can select needs no routes), sorted, without repeats.
     pub fn rds_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self
-            .chains()
+            .selectable_chains()
             .filter_map(|c| c.http_connection_manager.route_config_name())
             .collect();
         names.sort_unstable();
@@ -166,7 +182,7 @@ impl CidrRange {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FilterChainMatch {
     /// `destination_port`: needs `use_original_dst`, which gRPC NACKs, so a chain with
-    /// one never matches.
+    /// one never matches. 0 counts as unset (gRPC-Go and C-core read it so).
     pub destination_port: Option<u32>,
     /// `prefix_ranges`: destination (local) address ranges.
     pub prefix_ranges: Vec<CidrRange>,
@@ -174,7 +190,8 @@ pub struct FilterChainMatch {
     pub source_type: SourceType,
     /// `source_prefix_ranges`: peer address ranges.
     pub source_prefix_ranges: Vec<CidrRange>,
-    /// `source_ports`: peer ports (a value above 65535 matches no connection).
+    /// `source_ports`: peer ports (a value above 65535 matches no connection; 0 is
+    /// gRPC's key for "any port", so `[0]` matches as an empty list does).
     pub source_ports: Vec<u32>,
     /// `server_names`: need listener filters (TLS inspector); never match.
     pub server_names: Vec<String>,
@@ -185,8 +202,10 @@ pub struct FilterChainMatch {
 }
 
 impl FilterChainMatch {
-    /// Whether a connection can ever match: false when a field needs a feature gRPC
-    /// lacks (A36: such a chain is pruned from matching, kept for the duplicate check).
+    /// Whether a connection can match it at all: false when a field needs a feature
+    /// gRPC lacks (A36's "always fail" fields). Such a chain takes no part in the
+    /// duplicate check (gRPC-Go, C-core). A chain that can match may still be
+    /// shadowed by a `raw_buffer` one ([`ServerListener::selectable_chains`]).
     pub fn can_match(&self) -> bool {
         self.destination_port.is_none()
             && self.server_names.is_empty()
@@ -194,79 +213,19 @@ impl FilterChainMatch {
             && self.application_protocols.is_empty()
     }
 
-    /// How many normalized matchers (A36's Cartesian product of present fields) it
-    /// expands to, saturating.
+    /// How many normalized matchers (A36's Cartesian product of present fields) the
+    /// duplicate check enumerates for it, saturating: the product of the destination
+    /// prefixes, source prefixes and source ports when it can match, else its
+    /// destination prefixes (the fields it cannot match with are never expanded).
     fn normalized_count(&self) -> usize {
-        [
-            self.prefix_ranges.len(),
-            self.source_prefix_ranges.len(),
-            self.source_ports.len(),
-            self.server_names.len(),
-            self.application_protocols.len(),
-        ]
-        .iter()
-        .fold(1usize, |n, &len| n.saturating_mul(len.max(1)))
-    }
-
-    /// Calls `f` with each normalized matcher.
-    fn for_each_normalized<'a>(&'a self, f: &mut dyn FnMut(NormalizedMatch<'a>)) {
-        let opt = |v: &[CidrRange]| -> Vec<Option<CidrRange>> {
-            if v.is_empty() {
-                vec![None]
-            } else {
-                v.iter().copied().map(Some).collect()
-            }
-        };
-        fn strings(v: &[String]) -> Vec<Option<&str>> {
-            if v.is_empty() {
-                vec![None]
-            } else {
-                v.iter().map(|s| Some(s.as_str())).collect()
-            }
+        let destinations = self.prefix_ranges.len().max(1);
+        if !self.can_match() {
+            return destinations;
         }
-        let ports: Vec<Option<u32>> = if self.source_ports.is_empty() {
-            vec![None]
-        } else {
-            self.source_ports.iter().copied().map(Some).collect()
-        };
-        let (servers, alpns) = (
-            strings(&self.server_names),
-            strings(&self.application_protocols),
-        );
-        for destination in opt(&self.prefix_ranges) {
-            for &server_name in &servers {
-                for &application_protocol in &alpns {
-                    for source in opt(&self.source_prefix_ranges) {
-                        for &source_port in &ports {
-                            f(NormalizedMatch {
-                                destination_port: self.destination_port,
-                                destination,
-                                server_name,
-                                transport_protocol: &self.transport_protocol,
-                                application_protocol,
-                                source_type: self.source_type,
-                                source,
-                                source_port,
-                            });
-                        }
-                    }
-                }
-            }
-        }
+        [self.source_prefix_ranges.len(), self.source_ports.len()]
+            .iter()
+            .fold(destinations, |n, &len| n.saturating_mul(len.max(1)))
     }
-}
-
-/// One matcher of A36's disjunctive normal form: at most one value per field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct NormalizedMatch<'a> {
-    destination_port: Option<u32>,
-    destination: Option<CidrRange>,
-    server_name: Option<&'a str>,
-    transport_protocol: &'a str,
-    application_protocol: Option<&'a str>,
-    source_type: SourceType,
-    source: Option<CidrRange>,
-    source_port: Option<u32>,
 }
 
 /// Validates a listener with an `address` as a server listener. Paths are relative to
@@ -294,13 +253,14 @@ pub(super) fn parse_server_listener(
         "default_filter_chain",
         |fc| parse_filter_chain(context, fc).map(Box::new),
     )?;
-    if filter_chains.is_empty() && default_filter_chain.is_none() {
+    let map = chain_map::ChainMap::build(&filter_chains)?;
+    if map.is_empty() && default_filter_chain.is_none() {
+        // gRPC-Go's text: chains that can never match count as none.
         return Err(FieldError::new(
             "filter_chains",
-            "no filter chain and no default_filter_chain",
+            "no supported filter chains and no default filter chain",
         ));
     }
-    check_unique_matches(&filter_chains)?;
     Ok(ServerListener {
         address,
         port,
@@ -429,7 +389,11 @@ fn parse_filter_chain_match(
         }
     };
     Ok(FilterChainMatch {
-        destination_port: m.destination_port.as_ref().map(|p| p.value),
+        destination_port: m
+            .destination_port
+            .as_ref()
+            .map(|p| p.value)
+            .filter(|&p| p != 0),
         prefix_ranges: parse_cidrs(&m.prefix_ranges, "prefix_ranges")?,
         source_type,
         source_prefix_ranges: parse_cidrs(&m.source_prefix_ranges, "source_prefix_ranges")?,
@@ -458,38 +422,4 @@ fn parse_cidrs(ranges: &[core_pb::CidrRange], field: &str) -> Result<Vec<CidrRan
             ))
         })
         .collect()
-}
-
-/// A36: the most-specific match must be unique, so no normalized matcher may belong to
-/// two chains (chains that can never match included). Paths are relative to the listener.
-fn check_unique_matches(chains: &[FilterChain]) -> Result<(), FieldError> {
-    let total = chains.iter().fold(0usize, |n, c| {
-        n.saturating_add(c.filter_chain_match.normalized_count())
-    });
-    if total > MAX_NORMALIZED_MATCHERS {
-        return Err(FieldError::new(
-            "filter_chains",
-            format!(
-                "the filter chain matchers expand to {total} normalized matchers \
-                 (at most {MAX_NORMALIZED_MATCHERS})"
-            ),
-        ));
-    }
-    let mut owners: HashMap<NormalizedMatch<'_>, usize> = HashMap::with_capacity(total);
-    let mut duplicate = None;
-    for (i, chain) in chains.iter().enumerate() {
-        chain.filter_chain_match.for_each_normalized(&mut |m| {
-            let owner = *owners.entry(m).or_insert(i);
-            if owner != i && duplicate.is_none() {
-                duplicate = Some((owner, i));
-            }
-        });
-        if let Some((first, second)) = duplicate {
-            return Err(FieldError::new(
-                format!("filter_chains[{second}].filter_chain_match"),
-                format!("duplicate matcher: overlaps filter_chains[{first}]"),
-            ));
-        }
-    }
-    Ok(())
 }
