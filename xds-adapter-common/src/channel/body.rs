@@ -20,7 +20,7 @@ use crate::runtime::BoxFuture;
 pub(crate) const RETRY_BUFFER_LIMIT: usize = 256 * 1024;
 
 /// The request body shared by an RPC's attempts: what the application's body yielded,
-/// kept while it fits the retry buffer.
+/// kept while it fits the retry buffer and the RPC has not committed.
 struct Recording {
     source: tonic::body::Body,
     frames: Vec<Bytes>,
@@ -28,6 +28,14 @@ struct Recording {
     ended: bool,
     /// The body outgrew the buffer: no attempt after the current one can replay it.
     overflowed: bool,
+    /// The RPC committed to an attempt: nothing more is recorded, nothing replayed.
+    committed: bool,
+}
+
+impl Recording {
+    fn replayable(&self) -> bool {
+        !self.overflowed && !self.committed
+    }
 }
 
 /// One attempt's view of the request body: the recorded frames first, then the rest of
@@ -47,6 +55,7 @@ impl ReplayBody {
                 frames: Vec::new(),
                 size: 0,
                 overflowed: false,
+                committed: false,
             })),
             position: 0,
         }
@@ -55,7 +64,7 @@ impl ReplayBody {
     /// The body for another attempt, or `None` when the request no longer fits the
     /// retry buffer (the RPC is committed to the attempt that read it).
     pub(crate) fn replay(&self) -> Option<ReplayBody> {
-        (!self.lock().overflowed).then(|| ReplayBody {
+        self.lock().replayable().then(|| ReplayBody {
             recording: self.recording.clone(),
             position: 0,
         })
@@ -63,7 +72,14 @@ impl ReplayBody {
 
     /// Whether another attempt can still replay the request.
     pub(crate) fn can_replay(&self) -> bool {
-        !self.lock().overflowed
+        self.lock().replayable()
+    }
+
+    /// The RPC committed to the attempt reading the body: what it reads from now on is
+    /// passed through, not recorded (what was recorded stays for that attempt's
+    /// replay).
+    pub(crate) fn commit(&self) {
+        self.lock().committed = true;
     }
 
     fn lock(&self) -> MutexGuard<'_, Recording> {
@@ -96,7 +112,7 @@ impl Body for ReplayBody {
             }
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref()
-                    && !recording.overflowed
+                    && recording.replayable()
                 {
                     recording.size += data.len();
                     if recording.size > RETRY_BUFFER_LIMIT {
@@ -277,5 +293,24 @@ mod tests {
         assert_eq!(read(first).len(), RETRY_BUFFER_LIMIT + 1);
         assert!(!probe.can_replay(), "no attempt after the overflow");
         assert!(probe.replay().is_none());
+    }
+
+    /// Once the RPC commits, the attempt reading the body still gets all of it, but
+    /// nothing more is recorded or replayed.
+    #[test]
+    fn a_committed_body_is_passed_through_and_no_longer_replayed() {
+        let first = ReplayBody::new(chunks(&["he", "llo", " world"]));
+        let mut reader = first.replay().unwrap();
+        let head = reader.frame().now_or_never().unwrap().unwrap().unwrap();
+        assert_eq!(head.into_data().unwrap(), "he");
+        first.commit();
+        assert!(!first.can_replay());
+        assert!(first.replay().is_none());
+        assert_eq!(read(reader), b"llo world");
+        assert_eq!(
+            first.lock().frames.len(),
+            1,
+            "only what came before the commit"
+        );
     }
 }

@@ -7,10 +7,16 @@
 //! status (a streaming response), when its status is not retryable, when the attempts
 //! are used up, or when the request outgrew the retry buffer. Before that, a
 //! Trailers-Only response with a retryable status (or a failed stream) is reported to
-//! the load balancer and retried after the backoff, on a new pick. An attempt whose
-//! request never left the client (hyper hands it back: its connection shut down, at a
-//! GOAWAY say, before writing it) is retried at once on a new pick, with or without a
-//! retry policy and without counting as an attempt (A6's transparent retry).
+//! the load balancer and retried after the backoff, on a new pick.
+//!
+//! A6's transparent retries need no retry policy and count as no attempt. An attempt
+//! whose request never left the client (hyper hands it back: its connection shut down,
+//! at a GOAWAY say, before writing it) is retried at once on a new pick, every time. An
+//! attempt the server's HTTP/2 library refused before its application saw it (its
+//! stream reset with REFUSED_STREAM, or above the last stream id of a GOAWAY) is
+//! retried at once on a new pick, once per RPC; after that the policy handles it. So
+//! the request body is recorded for a replay even without a policy, until the RPC
+//! commits (sharing the application's `Bytes`, not copying them).
 
 use std::future::Future;
 use std::pin::{Pin, pin};
@@ -235,6 +241,9 @@ enum AttemptEnd {
         status: tonic::Status,
         pushback: Option<Option<Duration>>,
     },
+    /// The server refused the stream before its application saw it (A6): retried once
+    /// at once, else failed with this UNAVAILABLE status.
+    Unprocessed(tonic::Status),
 }
 
 async fn attempts<R: Runtime>(
@@ -251,7 +260,7 @@ async fn attempts<R: Runtime>(
     let mut retry = RetryState::new(policy);
     let cluster = selection.cluster().cluster().unwrap_or_default().to_owned();
     let hash = selection.request_hash(&HeaderMetadata(&head.headers), shared.settings.channel_id);
-    let mut bodies = AttemptBodies::new(body, policy.is_some());
+    let mut bodies = AttemptBodies::new(body);
     let reporter: Arc<dyn CallReporter> = shared.clone();
     let override_host = session.as_ref().and_then(|s| s.override_host);
     let mut picked = None;
@@ -273,12 +282,12 @@ async fn attempts<R: Runtime>(
             },
             Some(PickResult::Ready(send, call, address)) => {
                 picked = Some(address);
-                // Without a retry policy this is the only attempt.
-                let last = !bodies.replays();
+                let last = !retry.may_retry(policy);
                 let remaining = deadline.remaining(&shared.rt);
                 let request = head.attempt(remaining, attempt_body, last);
                 let end = CallEnd::new(reporter.clone(), call, selection.clone());
-                let committed = !bodies.can_replay();
+                // A Trailers-Only failure ends the RPC as it is when no policy retries it.
+                let committed = policy.is_none() || !bodies.can_replay();
                 match send_attempt(send, request, end, &mut deadline, committed).await {
                     Sent::Ran(end) => end,
                     Sent::DeadlineExceeded => return deadline_exceeded(),
@@ -293,10 +302,18 @@ async fn attempts<R: Runtime>(
         };
         let (status, pushback) = match end {
             AttemptEnd::Commit(mut response) => {
+                bodies.commit();
                 set_session_cookie(&mut response, session.as_ref(), picked, &cluster);
                 return response;
             }
             AttemptEnd::Failed { status, pushback } => (status, pushback),
+            AttemptEnd::Unprocessed(status) => {
+                if bodies.can_replay() && retry.take_transparent_retry() {
+                    tracing::debug!(%status, "retrying an RPC the server refused unprocessed");
+                    continue;
+                }
+                (status, None)
+            }
         };
         let random = shared.random_u32();
         let Some(delay) = retry.next_attempt(policy, status.code(), pushback, random) else {
@@ -337,25 +354,20 @@ fn set_session_cookie(
 }
 
 /// Where each attempt's request body comes from: the unsent body of the last attempt
-/// (a transparent retry), else a replay of the recorded body (with a retry policy),
-/// else the application's body itself (the one attempt without a policy).
+/// (hyper handed it back), else a replay of the recording of the application's body.
+/// Every RPC records its body, since a refused attempt is retried without a retry
+/// policy too (A6); recording shares the body's `Bytes` and stops when the RPC
+/// commits.
 struct AttemptBodies {
     unsent: Option<tonic::body::Body>,
-    replay: Option<ReplayBody>,
-    body: Option<tonic::body::Body>,
+    recording: ReplayBody,
 }
 
 impl AttemptBodies {
-    fn new(body: tonic::body::Body, retry_policy: bool) -> AttemptBodies {
-        // Without a retry policy the body goes out as it is: nothing to replay.
-        let (replay, body) = match retry_policy {
-            true => (Some(ReplayBody::new(body)), None),
-            false => (None, Some(body)),
-        };
+    fn new(body: tonic::body::Body) -> AttemptBodies {
         AttemptBodies {
             unsent: None,
-            replay,
-            body,
+            recording: ReplayBody::new(body),
         }
     }
 
@@ -365,20 +377,17 @@ impl AttemptBodies {
         if let Some(unsent) = self.unsent.take() {
             return Some(unsent);
         }
-        match &self.replay {
-            Some(recording) => recording.replay().map(tonic::body::Body::new),
-            None => Some(self.body.take().unwrap_or_else(tonic::body::Body::empty)),
-        }
-    }
-
-    /// Whether the attempts replay a recording (there is a retry policy).
-    fn replays(&self) -> bool {
-        self.replay.is_some()
+        self.recording.replay().map(tonic::body::Body::new)
     }
 
     /// Whether another attempt could still send the request again.
     fn can_replay(&self) -> bool {
-        self.replay.as_ref().is_some_and(ReplayBody::can_replay)
+        self.recording.can_replay()
+    }
+
+    /// The RPC committed to its attempt: nothing more of the body is recorded.
+    fn commit(&self) {
+        self.recording.commit();
     }
 }
 
@@ -440,6 +449,9 @@ fn attempt_end(
                 "the attempt failed: {}",
                 crate::transport::error_chain(&e)
             ));
+            if wire::refused_unprocessed(&e) {
+                return AttemptEnd::Unprocessed(status);
+            }
             return AttemptEnd::Failed {
                 status,
                 pushback: None,

@@ -8,6 +8,9 @@
 //! draw the caller passes in, so a seeded channel replays. A server's
 //! `grpc-retry-pushback-ms` overrides the delay (and resets the backoff), or forbids
 //! the retry when it is negative or malformed.
+//!
+//! It also keeps A6's one transparent retry of an attempt the server refused before its
+//! application saw it, which needs no policy and counts as no attempt.
 
 use std::time::Duration;
 
@@ -21,6 +24,8 @@ const BACKOFF_MULTIPLIER: u32 = 2;
 pub(crate) struct RetryState {
     attempts: u32,
     backoff: Duration,
+    /// The transparent retry of a refused attempt is still to be had (once per RPC).
+    transparent_retry: bool,
 }
 
 impl RetryState {
@@ -29,7 +34,22 @@ impl RetryState {
         RetryState {
             attempts: 1,
             backoff: policy.map_or(Duration::ZERO, |p| p.base_interval),
+            transparent_retry: true,
         }
+    }
+
+    /// After an attempt the server refused before its application saw it (A6): whether
+    /// it is retried at once, which an RPC may do once. It counts as no attempt, and
+    /// needs no policy. (gRPC-Go allows it for the first attempt only, which differs
+    /// from once per RPC when an earlier attempt failed or was retried.)
+    pub(crate) fn take_transparent_retry(&mut self) -> bool {
+        std::mem::replace(&mut self.transparent_retry, false)
+    }
+
+    /// Whether an attempt may follow the current one: by the policy or as the
+    /// transparent retry. When none may, the attempt can take what it would share.
+    pub(crate) fn may_retry(&self, policy: Option<&RetryPolicy>) -> bool {
+        self.transparent_retry || policy.is_some_and(|p| self.attempts < p.max_attempts)
     }
 
     /// The attempts made so far, the current one included.
@@ -128,6 +148,26 @@ mod tests {
             })
             .count();
         assert_eq!(made, 4, "gRPC makes at most 5 attempts");
+    }
+
+    /// A6: one transparent retry per RPC, with or without a policy, and it takes none
+    /// of the policy's attempts.
+    #[test]
+    fn the_transparent_retry_is_had_once_and_is_no_attempt() {
+        let mut state = RetryState::new(None);
+        assert!(state.may_retry(None));
+        assert!(state.take_transparent_retry());
+        assert!(!state.take_transparent_retry(), "once per RPC");
+        assert!(!state.may_retry(None), "nothing follows without a policy");
+
+        let p = policy(1);
+        let mut state = RetryState::new(Some(&p));
+        assert!(state.take_transparent_retry());
+        let unavailable = tonic::Code::Unavailable;
+        assert!(state.next_attempt(Some(&p), unavailable, None, 0).is_some());
+        assert_eq!(state.attempts(), 2);
+        assert!(!state.may_retry(Some(&p)));
+        assert_eq!(state.next_attempt(Some(&p), unavailable, None, 0), None);
     }
 
     #[test]

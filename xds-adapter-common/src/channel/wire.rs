@@ -1,8 +1,9 @@
 //! What the channel reads and writes on the wire besides messages: the `grpc-timeout`
 //! header (gRPC's HTTP/2 protocol), an attempt's status from its response headers
 //! (a Trailers-Only response) or trailers, the server's retry pushback, request headers
-//! as the config selector's [`Metadata`], and the Trailers-Only responses the channel
-//! answers itself with when it ends an RPC (no route, a failed pick, its deadline).
+//! as the config selector's [`Metadata`], the Trailers-Only responses the channel
+//! answers itself with when it ends an RPC (no route, a failed pick, its deadline), and
+//! which HTTP/2 failures of an attempt mean the server refused it unprocessed.
 
 use std::time::Duration;
 
@@ -70,6 +71,24 @@ pub(crate) fn retry_pushback(headers: &HeaderMap) -> Option<Option<Duration>> {
     let value = headers.get(RETRY_PUSHBACK)?;
     let millis = value.to_str().ok().and_then(|v| v.parse::<u64>().ok());
     Some(millis.map(Duration::from_millis))
+}
+
+/// Whether an attempt failed because the server's HTTP/2 library refused its stream
+/// before the application saw it (A6's transparent retry; gRPC-Go's "unprocessed"):
+/// the server reset the stream with REFUSED_STREAM, or sent a GOAWAY whose last stream
+/// id is below the stream's. h2 fails with the remote GOAWAY exactly those streams (and
+/// the streams opened after it); the streams it lets finish end otherwise. hyper keeps
+/// h2's error as the source of its own.
+pub(crate) fn refused_unprocessed(error: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(h2) = cause.downcast_ref::<h2::Error>() {
+            let refused = h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+            return h2.is_remote() && (refused || h2.is_go_away());
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The status of an HTTP response that is no gRPC response (gRPC's HTTP to gRPC
