@@ -71,7 +71,10 @@ pub(crate) struct ChannelSettings {
 /// Per RPC it routes by the target's route configuration (A31: path and headers pick
 /// the route and the cluster), applies the route's timeout capped by the
 /// application's `grpc-timeout` as the deadline (DEADLINE_EXCEEDED when it passes),
-/// retries by the route's retry policy (A44), and picks an endpoint with the cluster's
+/// retries by the route's retry policy (A44), retries transparently (A6, with or
+/// without a policy, counted as no attempt) an attempt that never left the client and,
+/// once, one the server refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last
+/// stream id), and picks an endpoint with the cluster's
 /// load-balancing policy (the core's [`LoadBalancer`]: priorities, localities,
 /// `round_robin`, `ring_hash`, `least_request`, `pick_first`, outlier detection,
 /// circuit breaking). An RPC waits while no configuration has arrived or no endpoint
