@@ -34,7 +34,10 @@ pub(super) struct Cached {
     pub(super) source: usize,
 }
 
-/// One watched resource.
+/// One watched resource. What nearly every resource has sits inline; what few have
+/// (errors, wildcard watchers, ambient-error holders) sits in one [`Rare`] box made on
+/// first use: a client keeps one entry per watched name, and at 20,000 names the
+/// inline size is megabytes a fresh process faults in.
 #[derive(Debug)]
 pub(super) struct ResourceEntry {
     pub(super) name: Arc<str>,
@@ -42,30 +45,46 @@ pub(super) struct ResourceEntry {
     pub(super) authority: usize,
     /// The watchers that named it (nearly always one: inline, no allocation).
     pub(super) watchers: SmallVec<[WatcherId; 1]>,
+    pub(super) cached: Option<Cached>,
+    /// Its armed does-not-exist timers, one per server at most.
+    pub(super) armed: ArmedTimers,
+    /// The rarely set state; `None` while all of it is empty.
+    rare: Option<Box<Rare>>,
+}
+
+/// A resource's rarely set state: its failures and its wildcard watchers.
+#[derive(Debug, Default)]
+pub(super) struct Rare {
     /// The watchers of the type's explicit wildcard (`*`) that hear of it: a resource
     /// the server sent for the wildcard, held while they are or a named watch is.
     pub(super) wildcard_watchers: Vec<WatcherId>,
-    pub(super) cached: Option<Cached>,
     /// Known not to exist, and why (the timer fired, the server said NOT_FOUND, or it
     /// deleted the resource). With a value still cached, the deletion was ignored
     /// (A88's default): CSDS says DOES_NOT_EXIST and shows the cached config.
-    /// (The three failure records are boxed: rarely set, they would make every entry
-    /// 144 bytes larger.)
-    pub(super) does_not_exist: Option<Box<UpdateFailure>>,
+    pub(super) does_not_exist: Option<UpdateFailure>,
     /// The timer fired as a transient error (`resource_timer_is_transient_error`).
     pub(super) timed_out: bool,
     /// The last NACK of this resource, until a valid copy arrives.
-    pub(super) nack: Option<Box<UpdateFailure>>,
+    pub(super) nack: Option<UpdateFailure>,
     /// A TP3 error remembered until the resource or a new error arrives.
-    pub(super) server_error: Option<Box<UpdateFailure>>,
+    pub(super) server_error: Option<UpdateFailure>,
     /// The error that stands for new watchers: ambient when cached, the state otherwise.
     pub(super) error: Option<XdsError>,
     /// The watchers that hold an ambient error beside the cached value: the next valid
     /// copy tells them that it cleared (see [`WatchEvent::Changed`]).
     pub(super) ambient_holders: Vec<WatcherId>,
-    /// Its armed does-not-exist timers, one per server at most.
-    pub(super) armed: ArmedTimers,
 }
+
+/// What an entry without a [`Rare`] box reads.
+static NO_RARE: Rare = Rare {
+    wildcard_watchers: Vec::new(),
+    does_not_exist: None,
+    timed_out: false,
+    nack: None,
+    server_error: None,
+    error: None,
+    ambient_holders: Vec::new(),
+};
 
 impl ResourceEntry {
     /// A resource watched for the first time, by `watcher`.
@@ -82,54 +101,84 @@ impl ResourceEntry {
             name,
             authority,
             watchers: SmallVec::new(),
-            wildcard_watchers: Vec::new(),
             cached: None,
-            does_not_exist: None,
-            timed_out: false,
-            nack: None,
-            server_error: None,
-            error: None,
-            ambient_holders: Vec::new(),
             armed: ArmedTimers::default(),
+            rare: None,
         }
+    }
+
+    /// Its rarely set state (all empty when it has none).
+    pub(super) fn rare(&self) -> &Rare {
+        self.rare.as_deref().unwrap_or(&NO_RARE)
+    }
+
+    /// Its rarely set state, made on first use: for setting it. To clear or trim it,
+    /// [`rare_if_any`](Self::rare_if_any) allocates nothing.
+    pub(super) fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Its rarely set state, if it has any.
+    pub(super) fn rare_if_any(&mut self) -> Option<&mut Rare> {
+        self.rare.as_deref_mut()
+    }
+
+    /// Every failure clears (a valid copy arrived); returns the watchers that held an
+    /// ambient error. The box goes unless wildcard watchers remain in it.
+    fn clear_failures(&mut self) -> Vec<WatcherId> {
+        let Some(rare) = self.rare.as_deref_mut() else {
+            return Vec::new();
+        };
+        let holders = std::mem::take(&mut rare.ambient_holders);
+        if rare.wildcard_watchers.is_empty() {
+            self.rare = None;
+        } else {
+            *rare = Rare {
+                wildcard_watchers: std::mem::take(&mut rare.wildcard_watchers),
+                ..Rare::default()
+            };
+        }
+        holders
     }
 
     /// Everyone who hears of it: its named watchers, then the wildcard's.
     fn all_watchers(&self) -> impl Iterator<Item = &WatcherId> {
-        self.watchers.iter().chain(&self.wildcard_watchers)
+        self.watchers.iter().chain(&self.rare().wildcard_watchers)
     }
 
     /// "Cached" in the A71 sense: a value, or known not to exist.
     pub(super) fn is_cached(&self) -> bool {
-        self.cached.is_some() || self.does_not_exist.is_some()
+        self.cached.is_some() || self.rare().does_not_exist.is_some()
     }
 
     /// The A78 `grpc.xds.cache_state`.
     pub(super) fn cache_state(&self) -> CacheState {
         let cached = self.cached.is_some();
+        let rare = self.rare();
         match () {
-            _ if self.server_error.is_some() && cached => CacheState::ReceivedErrorButCached,
-            _ if self.server_error.is_some() => CacheState::ReceivedError,
-            _ if self.nack.is_some() && cached => CacheState::NackedButCached,
-            _ if self.nack.is_some() => CacheState::Nacked,
-            _ if self.does_not_exist.is_some() && cached => CacheState::DoesNotExistButCached,
-            _ if self.does_not_exist.is_some() => CacheState::DoesNotExist,
+            _ if rare.server_error.is_some() && cached => CacheState::ReceivedErrorButCached,
+            _ if rare.server_error.is_some() => CacheState::ReceivedError,
+            _ if rare.nack.is_some() && cached => CacheState::NackedButCached,
+            _ if rare.nack.is_some() => CacheState::Nacked,
+            _ if rare.does_not_exist.is_some() && cached => CacheState::DoesNotExistButCached,
+            _ if rare.does_not_exist.is_some() => CacheState::DoesNotExist,
             _ if cached => CacheState::Acked,
-            _ if self.timed_out => CacheState::Timeout,
+            _ if rare.timed_out => CacheState::Timeout,
             _ => CacheState::Requested,
         }
     }
 
     pub(super) fn status(&self) -> ResourceStatusKind {
-        if self.server_error.is_some() {
+        let rare = self.rare();
+        if rare.server_error.is_some() {
             ResourceStatusKind::ReceivedError
-        } else if self.nack.is_some() {
+        } else if rare.nack.is_some() {
             ResourceStatusKind::Nacked
-        } else if self.does_not_exist.is_some() {
+        } else if rare.does_not_exist.is_some() {
             ResourceStatusKind::DoesNotExist
         } else if self.cached.is_some() {
             ResourceStatusKind::Acked
-        } else if self.timed_out {
+        } else if rare.timed_out {
             ResourceStatusKind::Timeout
         } else {
             ResourceStatusKind::Requested
@@ -140,11 +189,12 @@ impl ResourceEntry {
     /// `initial_resource_versions`: a value that server sent and has not deleted.
     pub(super) fn version_from(&self, server: usize) -> Option<&Arc<str>> {
         let cached = self.cached.as_ref()?;
-        (cached.source == server && self.does_not_exist.is_none()).then_some(&cached.version)
+        (cached.source == server && self.rare().does_not_exist.is_none()).then_some(&cached.version)
     }
 
     /// The CSDS view of it.
     pub(super) fn snapshot(&self, type_url: &'static str) -> ResourceSnapshot {
+        let rare = self.rare();
         ResourceSnapshot {
             type_url,
             name: self.name.clone(),
@@ -156,11 +206,11 @@ impl ResourceEntry {
             last_updated: self.cached.as_ref().map(|c| c.updated),
             raw: self.cached.as_ref().map(|c| c.raw.clone()),
             value: self.cached.as_ref().map(|c| c.value.clone()),
-            error_state: (self.server_error.as_deref())
-                .or(self.nack.as_deref())
-                .or(self.does_not_exist.as_deref())
+            error_state: (rare.server_error.as_ref())
+                .or(rare.nack.as_ref())
+                .or(rare.does_not_exist.as_ref())
                 .cloned(),
-            watchers: self.watchers.len() + self.wildcard_watchers.len(),
+            watchers: self.watchers.len() + rare.wildcard_watchers.len(),
         }
     }
 
@@ -194,12 +244,16 @@ impl ResourceEntry {
         if drop_cached {
             self.cached = None;
         }
-        self.error = Some(error.clone());
+        let holders = match self.cached {
+            Some(_) => self.all_watchers().copied().collect(),
+            None => Vec::new(),
+        };
+        let rare = self.rare_mut();
+        rare.error = Some(error.clone());
+        rare.ambient_holders = holders;
         let event = if self.cached.is_some() {
-            self.ambient_holders = self.all_watchers().copied().collect();
             WatchEvent::AmbientError(error)
         } else {
-            self.ambient_holders.clear();
             WatchEvent::Changed(Err(error))
         };
         self.notify_all(actions, type_url, event);
@@ -219,7 +273,7 @@ impl ResourceEntry {
         version: &str,
         now: Instant,
     ) {
-        if self.does_not_exist.is_some() {
+        if self.rare().does_not_exist.is_some() {
             return; // reported once, not on every response that omits it
         }
         let uri = &server.server_uri;
@@ -238,17 +292,19 @@ impl ResourceEntry {
         } else {
             XdsError::deletion_ignored(&NodeTag::NONE, type_url, &self.name, uri)
         };
-        if drop_cached || self.cached.is_none() {
+        let uncached = self.cached.is_none();
+        let rare = self.rare_mut();
+        if drop_cached || uncached {
             // Nothing is left of it: no earlier NACK or server error stands.
-            self.nack = None;
-            self.server_error = None;
-            self.timed_out = false;
+            rare.nack = None;
+            rare.server_error = None;
+            rare.timed_out = false;
         }
-        self.does_not_exist = Some(Box::new(UpdateFailure {
+        rare.does_not_exist = Some(UpdateFailure {
             details: error.status.message.clone(),
             version: version.to_string(),
             at: now,
-        }));
+        });
         self.fail(actions, type_url, error.tagged(node), drop_cached);
     }
 
@@ -261,7 +317,8 @@ impl ResourceEntry {
         error: &XdsError,
     ) {
         if self.cached.is_some() {
-            self.ambient_holders = self.all_watchers().copied().collect();
+            let holders = self.all_watchers().copied().collect();
+            self.rare_mut().ambient_holders = holders;
         }
         let event = if self.is_cached() {
             WatchEvent::AmbientError(error.clone())
@@ -283,12 +340,7 @@ impl ResourceEntry {
         (version, source): (&Arc<str>, usize),
         now: Instant,
     ) {
-        self.nack = None;
-        self.server_error = None;
-        self.does_not_exist = None;
-        self.timed_out = false;
-        self.error = None;
-        let cleared = std::mem::take(&mut self.ambient_holders);
+        let cleared = self.clear_failures();
         let unchanged = match (&update, self.cached.as_mut()) {
             (None, Some(c)) => Some(c),
             (Some((value, raw)), Some(c)) if c.raw == raw || c.value.equals(value) => {
@@ -330,14 +382,15 @@ impl ResourceEntry {
     /// What a new watcher is told at once.
     pub(super) fn initial_events(&self, connectivity: Option<&XdsError>) -> Vec<WatchEvent> {
         let mut events = Vec::new();
+        let rare = self.rare();
         if let Some(c) = &self.cached {
             events.push(WatchEvent::Changed(Ok(c.value.clone())));
-            if let Some(e) = self.error.as_ref().or(connectivity) {
+            if let Some(e) = rare.error.as_ref().or(connectivity) {
                 events.push(WatchEvent::AmbientError(e.clone()));
             }
-        } else if let Some(e) = &self.error {
+        } else if let Some(e) = &rare.error {
             events.push(WatchEvent::Changed(Err(e.clone())));
-            if let Some(c) = connectivity.filter(|_| self.does_not_exist.is_some()) {
+            if let Some(c) = connectivity.filter(|_| rare.does_not_exist.is_some()) {
                 events.push(WatchEvent::AmbientError(c.clone()));
             }
         } else if let Some(c) = connectivity {
@@ -589,6 +642,52 @@ mod tests {
 
     fn entry(i: usize) -> ResourceEntry {
         ResourceEntry::new(Arc::from(format!("r{i}")), 0, WatcherId(i as u64))
+    }
+
+    /// A client keeps one entry per watched name (20,002 in the e2e replay): the
+    /// rarely set state stays out of line, and a resource that fails and then gets a
+    /// valid copy gives its box back.
+    #[test]
+    fn an_entry_keeps_its_rare_state_out_of_line() {
+        let size = std::mem::size_of::<ResourceEntry>();
+        eprintln!("ResourceEntry: {size} bytes");
+        assert!(size <= 192, "ResourceEntry is {size} bytes");
+        let mut e = entry(1);
+        assert!(e.rare.is_none(), "a new entry has no rare state");
+        let mut actions = VecDeque::new();
+        let error = XdsError::does_not_exist(&NodeTag::NONE, "t", "r1", "gone");
+        e.fail(&mut actions, "t", error, false);
+        assert!(e.rare().error.is_some());
+        use crate::resource::cluster::{ClusterResource, ClusterType, LbPolicy};
+        let value = ResourceValue::new::<crate::Cds>(ClusterResource {
+            name: "r1".into(),
+            cluster_type: ClusterType::Eds { service_name: None },
+            lb_policy: LbPolicy::RoundRobin,
+            lrs_server: false,
+            max_requests: 1024,
+            tls: None,
+            outlier_detection: None,
+            override_host_status: Default::default(),
+        });
+        let version: Arc<str> = Arc::from("1");
+        let raw = Bytes::from_static(b"x");
+        e.fill(
+            &mut actions,
+            "t",
+            Some((value, raw)),
+            (&version, 0),
+            Instant::ZERO,
+        );
+        assert!(e.rare.is_none(), "a valid copy clears every failure");
+        e.rare_mut().wildcard_watchers.push(WatcherId(9));
+        e.rare_mut().nack = Some(UpdateFailure {
+            details: "bad".into(),
+            version: "2".into(),
+            at: Instant::ZERO,
+        });
+        e.fill(&mut actions, "t", None, (&version, 0), Instant::ZERO);
+        assert_eq!(e.rare().wildcard_watchers, [WatcherId(9)]);
+        assert!(e.rare().nack.is_none());
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl XdsClient {
             held.extend(
                 table
                     .values()
-                    .filter(|e| !e.wildcard_watchers.is_empty())
+                    .filter(|e| !e.rare().wildcard_watchers.is_empty())
                     .filter(|e| names.binary_search(&e.name).is_err())
                     .filter_map(version),
             );

@@ -33,7 +33,7 @@ impl XdsClient {
         if !self.authorities[entry.authority].in_use().contains(&server) {
             return;
         }
-        if entry.is_cached() || entry.nack.is_some() || entry.server_error.is_some() {
+        if entry.is_cached() || entry.rare().nack.is_some() || entry.rare().server_error.is_some() {
             return;
         }
         if &**name == WILDCARD {
@@ -121,7 +121,7 @@ impl XdsClient {
             "does-not-exist timer fired"
         );
         let error = if transient {
-            entry.timed_out = true;
+            entry.rare_mut().timed_out = true;
             XdsError::timeout(&self.node_tag, type_url, name, &config.server_uri, timeout)
         } else {
             let why = format!(
@@ -129,11 +129,11 @@ impl XdsClient {
                 config.server_uri
             );
             let version = self.servers[server].types[t].version.to_string();
-            entry.does_not_exist = Some(Box::new(UpdateFailure {
+            entry.rare_mut().does_not_exist = Some(UpdateFailure {
                 details: why.clone(),
                 version,
                 at: now,
-            }));
+            });
             XdsError::does_not_exist(&self.node_tag, type_url, name, &why)
         };
         entry.fail(&mut self.actions, type_url, error, false);

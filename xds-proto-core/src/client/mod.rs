@@ -169,6 +169,10 @@ pub struct XdsClient {
     planted_bug: bool,
 }
 
+/// The action queue's capacity kept once it is drained: what an ordinary exchange
+/// needs; a burst's larger queue is given back.
+const ACTIONS_KEPT: usize = 64;
+
 impl fmt::Debug for XdsClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("XdsClient")
@@ -394,7 +398,7 @@ impl XdsClient {
                     .iter()
                     .any(|e| matches!(e, WatchEvent::AmbientError(_)))
             {
-                entry.ambient_holders.push(id);
+                entry.rare_mut().ambient_holders.push(id);
             }
             for event in events {
                 self.actions.push_back(Action::Notify(Notification {
@@ -455,12 +459,14 @@ impl XdsClient {
             return;
         };
         entry.watchers.retain(|w| *w != watcher);
-        entry.ambient_holders.retain(|w| *w != watcher);
+        if let Some(rare) = entry.rare_if_any() {
+            rare.ambient_holders.retain(|w| *w != watcher);
+        }
         if !entry.watchers.is_empty() {
             return;
         }
         let authority = entry.authority;
-        if !entry.wildcard_watchers.is_empty() {
+        if !entry.rare().wildcard_watchers.is_empty() {
             return self.unname_wildcard_resource(t, &name, authority);
         }
         if let Some(mut entry) = self.resources[t].remove(&name) {
@@ -519,7 +525,13 @@ impl XdsClient {
     /// The next action for the adapter, in order.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        let action = self.actions.pop_front();
+        if action.is_none() && self.actions.capacity() > ACTIONS_KEPT {
+            // A burst (10,000 notifications of a first delivery) grew the queue; its
+            // capacity would stay allocated for the client's life (880 KB at 10,000).
+            self.actions.shrink_to(ACTIONS_KEPT);
+        }
+        action
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.

@@ -344,11 +344,11 @@ impl XdsClient {
                         &cx.version_info,
                         &message,
                     );
-                    entry.nack = Some(Box::new(UpdateFailure {
+                    entry.rare_mut().nack = Some(UpdateFailure {
                         details: message,
                         version: cx.version_info.clone(),
                         at: cx.now,
-                    }));
+                    });
                     // A88: a NACK is a data error; it drops the cached value only
                     // under fail_on_data_errors.
                     let drop_cached = cx.config.server_features.fail_on_data_errors;
@@ -392,9 +392,9 @@ impl XdsClient {
                 status.code == Code::NOT_FOUND || status.code == Code::PERMISSION_DENIED;
             let drop_cached = data_error && features.fail_on_data_errors;
             if status.code == Code::NOT_FOUND && (entry.cached.is_none() || drop_cached) {
-                entry.does_not_exist = Some(Box::new(failure.clone()));
+                entry.rare_mut().does_not_exist = Some(failure.clone());
             }
-            entry.server_error = Some(Box::new(failure));
+            entry.rare_mut().server_error = Some(failure);
             let uri = &cx.config.server_uri;
             let error = XdsError::server_reported(&cx.node, cx.type_url, name, uri, status);
             entry.fail(&mut self.actions, cx.type_url, error, drop_cached);
@@ -431,7 +431,7 @@ impl XdsClient {
             };
             if self.authorities[entry.authority].active() != Some(cx.server)
                 || entry.cached.is_none()
-                || entry.server_error.is_some()
+                || entry.rare().server_error.is_some()
             {
                 continue; // uncached: the timer decides; TP3 error: counts as present
             }

@@ -130,3 +130,31 @@ fn a_session_logs_its_stream_requests_response_and_nack() {
     assert_eq!(field(&nack, "nonce"), "n1");
     assert!(field(&nack, "detail").starts_with("resource index 0: <unknown name>: "));
 }
+
+/// A burst of notifications (here a connectivity failure told to 1,000 watchers) grows
+/// the action queue; drained, the queue gives that capacity back instead of keeping it
+/// for the client's life.
+#[test]
+fn a_drained_burst_gives_the_queue_capacity_back() {
+    let bootstrap = Bootstrap::from_json_str(
+        r#"{"xds_servers": [{"server_uri": "xds.example:443", "channel_creds": [{"type": "insecure"}]}],
+            "node": {"id": "n"}}"#,
+    )
+    .unwrap();
+    let mut client = XdsClient::new(XdsClientConfig::new(bootstrap), 1);
+    for i in 0..1000 {
+        client.watch::<Cds>(&format!("c{i}")).unwrap();
+    }
+    let server = crate::ServerId::from_raw(0);
+    while client.poll_action().is_some() {}
+    let reason = "connection refused".to_string();
+    client.handle_event(Instant::ZERO, Event::ConnectivityFailure { server, reason });
+    let burst = client.actions.len();
+    assert!(burst >= 1000, "every watcher is told: {burst} actions");
+    while client.poll_action().is_some() {}
+    assert!(
+        client.actions.capacity() <= super::ACTIONS_KEPT,
+        "{} slots kept after a burst of {burst}",
+        client.actions.capacity()
+    );
+}

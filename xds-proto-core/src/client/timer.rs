@@ -214,11 +214,16 @@ impl ResourceQueue {
 
 /// The does-not-exist timers armed for one resource: the ticket of each server's.
 /// The first sits inline (a resource is served by one server unless its authority is
-/// falling back), so arming one allocates nothing.
+/// falling back), so arming one allocates nothing; the others sit behind one pointer,
+/// as every watched resource has an `ArmedTimers`.
 #[derive(Debug, Default)]
 pub(super) struct ArmedTimers {
     first: Option<(usize, Ticket)>,
-    more: Vec<(usize, Ticket)>,
+    #[expect(
+        clippy::box_collection,
+        reason = "one pointer inline, not a Vec's three words, in every watched resource"
+    )]
+    more: Option<Box<Vec<(usize, Ticket)>>>,
 }
 
 impl ArmedTimers {
@@ -229,7 +234,7 @@ impl ArmedTimers {
     pub(super) fn ticket(&self, server: usize) -> Option<Ticket> {
         self.first
             .iter()
-            .chain(&self.more)
+            .chain(self.more.iter().flat_map(|more| more.iter()))
             .find(|(s, _)| *s == server)
             .map(|(_, ticket)| *ticket)
     }
@@ -238,7 +243,7 @@ impl ArmedTimers {
     pub(super) fn insert(&mut self, server: usize, ticket: Ticket) {
         match self.first {
             None => self.first = Some((server, ticket)),
-            Some(_) => self.more.push((server, ticket)),
+            Some(_) => self.more.get_or_insert_default().push((server, ticket)),
         }
     }
 
@@ -247,17 +252,20 @@ impl ArmedTimers {
         if let Some((s, ticket)) = self.first
             && s == server
         {
-            self.first = self.more.pop();
+            self.first = self.more.as_mut().and_then(|more| more.pop());
             return Some(ticket);
         }
-        let i = self.more.iter().position(|(s, _)| *s == server)?;
-        Some(self.more.swap_remove(i).1)
+        let more = self.more.as_mut()?;
+        let i = more.iter().position(|(s, _)| *s == server)?;
+        Some(more.swap_remove(i).1)
     }
 
     /// Forgets every timer; returns them as (server, ticket).
     pub(super) fn take_all(&mut self) -> impl Iterator<Item = (usize, Ticket)> + use<> {
         let first = self.first.take();
-        first.into_iter().chain(std::mem::take(&mut self.more))
+        first
+            .into_iter()
+            .chain(self.more.take().into_iter().flat_map(|more| *more))
     }
 }
 

@@ -37,10 +37,10 @@ impl XdsClient {
         for (slot, _) in &decoded.items {
             if let Some(entry) = slot.and_then(|slot| table.at_mut(slot))
                 && entry.authority == authority
-                && entry.wildcard_watchers.is_empty()
+                && entry.rare().wildcard_watchers.is_empty()
                 && &*entry.name != WILDCARD
             {
-                entry.wildcard_watchers.clone_from(&watchers);
+                entry.rare_mut().wildcard_watchers.clone_from(&watchers);
             }
         }
     }
@@ -51,10 +51,10 @@ impl XdsClient {
         let table = &mut self.resources[cx.t];
         for (entry, seen) in table.values_seen_mut() {
             if !entry.watchers.is_empty()
-                || entry.wildcard_watchers.is_empty()
+                || entry.rare().wildcard_watchers.is_empty()
                 || seen.response == cx.stamp
                 || entry.cached.is_none()
-                || entry.server_error.is_some()
+                || entry.rare().server_error.is_some()
                 || self.authorities[entry.authority].active() != Some(cx.server)
             {
                 continue;
@@ -82,17 +82,17 @@ impl XdsClient {
         let mut entries: Vec<&mut ResourceEntry> = self.resources[t]
             .values_mut()
             .filter(|e| e.authority == authority && &*e.name != WILDCARD)
-            .filter(|e| e.cached.is_some() || !e.wildcard_watchers.is_empty())
+            .filter(|e| e.cached.is_some() || !e.rare().wildcard_watchers.is_empty())
             .collect();
         entries.sort_by(|x, y| x.name.cmp(&y.name));
         for entry in entries {
-            entry.wildcard_watchers.push(watcher);
+            entry.rare_mut().wildcard_watchers.push(watcher);
             if entry.cached.is_none() {
                 continue;
             }
             let events = entry.initial_events(connectivity);
             if events.len() > 1 {
-                entry.ambient_holders.push(watcher);
+                entry.rare_mut().ambient_holders.push(watcher);
             }
             for event in events {
                 self.actions.push_back(Action::Notify(Notification {
@@ -111,9 +111,11 @@ impl XdsClient {
         let table = &mut self.resources[t];
         let mut orphans = Vec::new();
         for entry in table.values_mut() {
-            entry.wildcard_watchers.retain(|w| *w != watcher);
-            entry.ambient_holders.retain(|w| *w != watcher);
-            if entry.watchers.is_empty() && entry.wildcard_watchers.is_empty() {
+            if let Some(rare) = entry.rare_if_any() {
+                rare.wildcard_watchers.retain(|w| *w != watcher);
+                rare.ambient_holders.retain(|w| *w != watcher);
+            }
+            if entry.watchers.is_empty() && entry.rare().wildcard_watchers.is_empty() {
                 orphans.push(entry.name.clone());
             }
         }
