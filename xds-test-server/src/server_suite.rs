@@ -40,6 +40,8 @@ use crate::resources::{
 use crate::suite::within;
 
 #[cfg(feature = "tls")]
+mod mesh;
+#[cfg(feature = "tls")]
 mod rbac;
 #[cfg(feature = "tls")]
 pub use rbac::{CLIENT_1, RbacFigures, server_rbac_scenarios};
@@ -419,10 +421,9 @@ where
     F: FnOnce(XdsServerBuilder<R>, SocketAddr, SuiteEcho<R>) -> Fut,
     Fut: Future<Output = Result<XdsServer, Box<dyn std::error::Error + Send + Sync>>>,
 {
-    use crate::resources::{mtls_cluster, mtls_server_listener, tls_cluster, upstream_tls_context};
-    use crate::security_suite::{INSTANCE, MeshPki, SERVER_ID, bootstrap_with_providers};
+    use crate::resources::{mtls_server_listener, tls_cluster, upstream_tls_context};
+    use crate::security_suite::{INSTANCE, MeshPki, SERVER_ID};
     use xds_adapter_common::server::{ServerRpc, ServerRpcHook};
-    use xds_adapter_common::{CertificateProviders, FallbackCredentials};
 
     /// Records the client identities of the RPCs it lets through.
     struct SeenIdentities(Arc<Mutex<Vec<String>>>);
@@ -440,54 +441,16 @@ where
 
     let rt = R::current().expect("a runtime");
     let pki = MeshPki::generate();
-    let server_providers = pki.write_server(&pki.server(false, false));
-    let control = LoopbackServer::start();
-    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let name = crate::resources::server_listener_name(SERVER_LISTENER_TEMPLATE, addr);
-    control.set_resources(
-        type_url::LISTENER,
-        "1",
-        vec![
-            listener(CLIENT_LISTENER, CLIENT_ROUTES),
-            mtls_server_listener(&name, "127.0.0.1", u32::from(addr.port()), "server"),
-        ],
-    );
-    control.set_resources(
-        type_url::ROUTE_CONFIGURATION,
-        "1",
-        vec![route_config(CLIENT_ROUTES, CLUSTER)],
-    );
-    control.set_resources(
-        type_url::CLUSTER,
-        "1",
-        vec![mtls_cluster(CLUSTER, INSTANCE, &[SERVER_ID])],
-    );
-    control.set_resources(
-        type_url::CLUSTER_LOAD_ASSIGNMENT,
-        "1",
-        vec![endpoints(CLUSTER, &[u32::from(addr.port())])],
-    );
-    let client_bootstrap =
-        bootstrap_with_providers(&control, "secure-channel", &pki.provider_json());
-    let providers = CertificateProviders::start(&rt, &client_bootstrap).expect("providers");
-    let pool = ClientPool::<R>::builder(client_bootstrap)
-        .build_pool()
-        .expect("a pool");
-    let channel = XdsChannel::<R>::builder(TARGET)
-        .pool(&pool)
-        .xds_credentials_with(FallbackCredentials::Insecure, providers)
-        .build()
-        .expect("a channel");
-    let server_json = control
-        .bootstrap_json("xds-server", None)
-        .replacen(
-            r#""node""#,
-            &format!(
-                r#""server_listener_resource_name_template": "{SERVER_LISTENER_TEMPLATE}", "certificate_providers": {server_providers}, "node""#
-            ),
-            1,
-        );
-    let server_client = Client::<R>::from_bootstrap_json(&server_json).expect("server client");
+    let mesh::Mesh {
+        control,
+        addr,
+        pool: _pool,
+        channel,
+        server_client,
+    } = mesh::mesh(&rt, &pki, "secure-channel", |addr| {
+        let name = crate::resources::server_listener_name(SERVER_LISTENER_TEMPLATE, addr);
+        mtls_server_listener(&name, "127.0.0.1", u32::from(addr.port()), "server")
+    });
     let seen = Arc::new(Mutex::new(Vec::new()));
     let builder = XdsServerBuilder::new(server_client)
         .handshake_timeout(HANDSHAKE_TIMEOUT)

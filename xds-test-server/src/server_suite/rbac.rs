@@ -19,27 +19,21 @@ use futures::future::BoxFuture;
 use http::uri::PathAndQuery;
 use tonic_prost::ProstCodec;
 use xds_adapter_common::server::StdoutAuditLogger;
-use xds_adapter_common::{
-    CertificateProviders, Client, ClientPool, FallbackCredentials, Runtime, XdsChannel, XdsServer,
-    XdsServerBuilder,
-};
+use xds_adapter_common::{Runtime, XdsChannel, XdsServer, XdsServerBuilder};
 use xds_proto_core::pb::envoy::config::route::v3 as route_pb;
 use xds_proto_core::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use xds_proto_core::resource::type_url;
 
-use super::{
-    CLIENT_LISTENER, CLIENT_ROUTES, CLUSTER, SERVICE_NAME, SuiteEcho, TARGET, free_port, until,
-};
-use crate::LoopbackServer;
+use super::{SERVICE_NAME, SuiteEcho, until};
 use crate::echo::{ECHO_PATH, EchoReply, EchoRequest, echo_request};
 use crate::resources::{
     DOWNSTREAM_TLS_CONTEXT_TYPE_URL, RbacAction, SERVER_LISTENER_TEMPLATE, any, any_principal,
-    audited_on_deny, downstream_tls_context, endpoints, header, header_permission, listener,
-    mtls_cluster, non_forwarding, path_permission, prefix, principal_name, rbac_filter,
-    rbac_filter_chain, rbac_per_route, rbac_policy, rbac_rules, route_config, routes_config,
-    server_listener_msg, string_match, tls_transport_socket, with_header,
+    audited_on_deny, downstream_tls_context, header, header_permission, non_forwarding,
+    path_permission, prefix, principal_name, rbac_filter, rbac_filter_chain, rbac_per_route,
+    rbac_policy, rbac_rules, routes_config, server_listener_msg, string_match,
+    tls_transport_socket, with_header,
 };
-use crate::security_suite::{INSTANCE, MeshPki, SERVER_ID, bootstrap_with_providers};
+use crate::security_suite::MeshPki;
 use crate::suite::within;
 
 /// The client certificate's SPIFFE ID (`MeshPki`'s `client-1`).
@@ -212,50 +206,13 @@ where
 {
     let rt = R::current().expect("a runtime");
     let pki = MeshPki::generate();
-    let server_providers = pki.write_server(&pki.server(false, false));
-    let control = LoopbackServer::start();
-    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    control.set_resources(
-        type_url::LISTENER,
-        "1",
-        vec![
-            listener(CLIENT_LISTENER, CLIENT_ROUTES),
-            rbac_listener(addr),
-        ],
-    );
-    control.set_resources(
-        type_url::ROUTE_CONFIGURATION,
-        "1",
-        vec![route_config(CLIENT_ROUTES, CLUSTER)],
-    );
-    control.set_resources(
-        type_url::CLUSTER,
-        "1",
-        vec![mtls_cluster(CLUSTER, INSTANCE, &[SERVER_ID])],
-    );
-    control.set_resources(
-        type_url::CLUSTER_LOAD_ASSIGNMENT,
-        "1",
-        vec![endpoints(CLUSTER, &[u32::from(addr.port())])],
-    );
-    let client_bootstrap = bootstrap_with_providers(&control, "rbac-channel", &pki.provider_json());
-    let providers = CertificateProviders::start(&rt, &client_bootstrap).expect("providers");
-    let pool = ClientPool::<R>::builder(client_bootstrap)
-        .build_pool()
-        .expect("a pool");
-    let channel = XdsChannel::<R>::builder(TARGET)
-        .pool(&pool)
-        .xds_credentials_with(FallbackCredentials::Insecure, providers)
-        .build()
-        .expect("a channel");
-    let server_json = control.bootstrap_json("xds-server", None).replacen(
-        r#""node""#,
-        &format!(
-            r#""server_listener_resource_name_template": "{SERVER_LISTENER_TEMPLATE}", "certificate_providers": {server_providers}, "node""#
-        ),
-        1,
-    );
-    let server_client = Client::<R>::from_bootstrap_json(&server_json).expect("server client");
+    let super::mesh::Mesh {
+        control: _control,
+        addr,
+        pool: _pool,
+        channel,
+        server_client,
+    } = super::mesh::mesh(&rt, &pki, "rbac-channel", rbac_listener);
     let audit = SharedBuffer::default();
     let builder = XdsServerBuilder::new(server_client)
         .audit_logger(StdoutAuditLogger::to_writer(audit.clone()));
