@@ -909,19 +909,23 @@ fn to_listener(case: &Case) -> ServerListener {
     }
 }
 
+/// Whether `listener` picks, for the case's connection, the chain the reference picks.
+fn selects_as_reference(listener: &ServerListener, case: &Case) -> TestResult {
+    let addrs = ConnectionAddrs {
+        local: case.local,
+        peer: case.peer,
+    };
+    let got = select_filter_chain(listener, addrs).map(|c| c.name.clone());
+    TestResult::from_bool(got == reference(case))
+}
+
 #[test]
 fn selection_agrees_with_the_normalized_reference() {
     fn prop(case: Case) -> TestResult {
         if has_duplicates(&case) {
             return TestResult::discard();
         }
-        let listener = to_listener(&case);
-        let addrs = ConnectionAddrs {
-            local: case.local,
-            peer: case.peer,
-        };
-        let got = select_filter_chain(&listener, addrs).map(|c| c.name.clone());
-        TestResult::from_bool(got == reference(&case))
+        selects_as_reference(&to_listener(&case), &case)
     }
     QuickCheck::new()
         .tests(3000)
@@ -973,12 +977,7 @@ fn accepted_listeners_select_one_chain() {
         if has_duplicates(&case) {
             return TestResult::error(format!("accepted with duplicates: {case:?}"));
         }
-        let addrs = ConnectionAddrs {
-            local: case.local,
-            peer: case.peer,
-        };
-        let got = select_filter_chain(&listener, addrs).map(|c| c.name.clone());
-        TestResult::from_bool(got == reference(&case))
+        selects_as_reference(&listener, &case)
     }
     QuickCheck::new()
         .tests(1000)
