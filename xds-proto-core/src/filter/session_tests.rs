@@ -231,24 +231,9 @@ mod through_the_selector {
             weight: Some(pbuf::UInt32Value { value: 1 }),
             ..Default::default()
         };
-        let route = |prefix: &str, spec, over: Option<pbuf::Any>| route_pb::Route {
-            r#match: Some(route_pb::RouteMatch {
-                path_specifier: Some(route_pb::route_match::PathSpecifier::Prefix(
-                    prefix.to_owned(),
-                )),
-                ..Default::default()
-            }),
-            action: Some(route_pb::route::Action::Route(Box::new(
-                route_pb::RouteAction {
-                    cluster_specifier: Some(spec),
-                    ..Default::default()
-                },
-            ))),
-            typed_per_filter_config: over
-                .map(|a| ("session".to_owned(), a))
-                .into_iter()
-                .collect(),
-            ..Default::default()
+        let route = |prefix: &str, spec, over: Option<pbuf::Any>| {
+            let overrides = over.map(|a| ("session".to_owned(), a));
+            super::tests::prefix_route(prefix, spec, overrides)
         };
         let split = Spec::WeightedClusters(route_pb::WeightedCluster {
             clusters: vec![weighted("blue"), weighted("green")],

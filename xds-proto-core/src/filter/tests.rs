@@ -16,6 +16,32 @@ use crate::pb::envoy::r#type::v3 as type_pb;
 use crate::pb::google::protobuf as pbuf;
 use crate::selector::{RandomSource, Seeded};
 
+/// A route on a path prefix to `action`, with these per-filter overrides (the client
+/// chain tests here and in `session_tests`).
+pub(super) fn prefix_route(
+    prefix: &str,
+    action: crate::pb::envoy::config::route::v3::route_action::ClusterSpecifier,
+    overrides: impl IntoIterator<Item = (String, pbuf::Any)>,
+) -> crate::pb::envoy::config::route::v3::Route {
+    use crate::pb::envoy::config::route::v3 as route_pb;
+    route_pb::Route {
+        r#match: Some(route_pb::RouteMatch {
+            path_specifier: Some(route_pb::route_match::PathSpecifier::Prefix(
+                prefix.to_owned(),
+            )),
+            ..Default::default()
+        }),
+        action: Some(route_pb::route::Action::Route(Box::new(
+            route_pb::RouteAction {
+                cluster_specifier: Some(action),
+                ..Default::default()
+            },
+        ))),
+        typed_per_filter_config: overrides.into_iter().collect(),
+        ..Default::default()
+    }
+}
+
 type Denominator = type_pb::fractional_percent::DenominatorType;
 
 fn percent(numerator: u32, denominator: Denominator) -> Option<type_pb::FractionalPercent> {
@@ -597,22 +623,7 @@ mod through_the_selector {
         action: route_pb::route_action::ClusterSpecifier,
         code: Option<u32>,
     ) -> route_pb::Route {
-        route_pb::Route {
-            r#match: Some(route_pb::RouteMatch {
-                path_specifier: Some(route_pb::route_match::PathSpecifier::Prefix(
-                    prefix.to_owned(),
-                )),
-                ..Default::default()
-            }),
-            action: Some(route_pb::route::Action::Route(Box::new(
-                route_pb::RouteAction {
-                    cluster_specifier: Some(action),
-                    ..Default::default()
-                },
-            ))),
-            typed_per_filter_config: overrides(code),
-            ..Default::default()
-        }
+        super::prefix_route(prefix, action, overrides(code))
     }
 
     /// `/vh.` runs the virtual host's override (code 10), `/route.` its own (11),
