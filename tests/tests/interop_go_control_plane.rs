@@ -53,6 +53,7 @@ use xds_proto_core::resource::endpoint::EndpointsResource;
 use xds_proto_core::resource::listener::{ListenerKind, ListenerResource, RouteSource};
 use xds_proto_core::resource::route::{ClusterSpecifier, RouteAction, RouteConfigResource};
 use xds_proto_core::resource::{Cds, Eds, Lds, Rds};
+use xds_test_server::interop_build::{interop_required, last_binary, run_build_script};
 
 /// Must match the server's flags below.
 const NODE_ID: &str = "xds-proto-interop";
@@ -79,10 +80,6 @@ fn cluster_name(i: usize) -> String {
 
 // ---- getting the server binary ----
 
-fn interop_required() -> bool {
-    std::env::var("XDS_INTEROP_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
 /// The server binary, or why it cannot be had.
 fn go_server_binary() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("XDS_GO_SERVER") {
@@ -93,32 +90,8 @@ fn go_server_binary() -> Result<PathBuf, String> {
             Err(format!("XDS_GO_SERVER={} is not a file", path.display()))
         };
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate is in the workspace");
-    let script = repo.join("interop/go-control-plane/build.sh");
-    let started = Instant::now();
-    let output = Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({}):\n{stderr}",
-            script.display(),
-            output.status
-        ));
-    }
-    eprintln!("{}{} ({:.1?})", stderr, script.display(), started.elapsed());
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("build.sh printed no binary path: {stdout:?}"))
-    }
+    let stdout = run_build_script("interop/go-control-plane/build.sh", &[])?;
+    last_binary(&stdout)
 }
 
 // ---- the server process ----

@@ -54,6 +54,7 @@ pub mod demo;
 pub mod echo;
 pub mod filter_suite;
 mod host;
+pub mod interop_build;
 mod lrs;
 pub mod lrs_suite;
 pub mod ports;

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, unbounded};
 use serde_json::{Value, json};
 use xds_test_server::LoopbackServer;
+use xds_test_server::interop_build::{interop_required, last_binary, run_build_script};
 use xds_test_server::resources::SERVER_LISTENER_TEMPLATE;
 
 /// How long a server may take to bind, and to serve once its Listener is there; generous
@@ -23,10 +24,6 @@ use xds_test_server::resources::SERVER_LISTENER_TEMPLATE;
 const SERVER_TIMEOUT: Duration = Duration::from_secs(30);
 
 // ---- the binary ----
-
-fn interop_required() -> bool {
-    std::env::var("XDS_INTEROP_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0")
-}
 
 /// The peer binary: `XDS_GRPC_GO_PEER` if set, else what `interop/grpc-go/build.sh`
 /// prints (a no-op when up to date; a cold run fetches Go and gRPC-Go from Debian).
@@ -39,32 +36,8 @@ fn peer_binary() -> Result<PathBuf, String> {
             Err(format!("XDS_GRPC_GO_PEER={} is not a file", path.display()))
         };
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate is in the workspace");
-    let script = repo.join("interop/grpc-go/build.sh");
-    let started = Instant::now();
-    let output = Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({}):\n{stderr}",
-            script.display(),
-            output.status
-        ));
-    }
-    eprintln!("{}{} ({:.1?})", stderr, script.display(), started.elapsed());
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("build.sh printed no binary path: {stdout:?}"))
-    }
+    let stdout = run_build_script("interop/grpc-go/build.sh", &[])?;
+    last_binary(&stdout)
 }
 
 /// The peer binary, built once per test binary; `None`: skip (the reason is printed),

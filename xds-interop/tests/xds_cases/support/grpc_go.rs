@@ -4,10 +4,9 @@
 //! Without its build a case skips with a message, unless `XDS_INTEROP_REQUIRED` is set
 //! (CI sets it), which makes that a failure.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::Instant;
+use xds_test_server::interop_build::{interop_required, run_build_script};
 
 /// The two binaries build.sh prints.
 #[derive(Clone, Debug)]
@@ -16,34 +15,10 @@ pub struct GrpcGoBinaries {
     pub server: PathBuf,
 }
 
-fn interop_required() -> bool {
-    std::env::var("XDS_INTEROP_REQUIRED").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
 /// Runs `build.sh xds-interop` (a quarter of a second when up to date; a cold run
 /// fetches Go and gRPC-Go from Debian) and takes the two paths it prints last.
 fn build() -> Result<GrpcGoBinaries, String> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate is in the workspace");
-    let script = repo.join("interop/grpc-go/build.sh");
-    let started = Instant::now();
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg("xds-interop")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        return Err(format!(
-            "{} xds-interop failed ({}):\n{stderr}",
-            script.display(),
-            output.status
-        ));
-    }
-    eprintln!("{stderr}{} ({:.1?})", script.display(), started.elapsed());
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = run_build_script("interop/grpc-go/build.sh", &["xds-interop"])?;
     let mut last = stdout.lines().rev().map(|l| PathBuf::from(l.trim()));
     let (server, client) = (last.next(), last.next());
     match (client, server) {
